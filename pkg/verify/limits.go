@@ -1,0 +1,143 @@
+package verify
+
+import "fmt"
+
+// Floors that Limits.Validate enforces.
+const (
+	// minSaltFloor is the shortest salt the Argon2 reference implementation
+	// accepts.
+	minSaltFloor = 8
+	// minKeyFloor: a shorter tag is cheap to forge by brute force on the tag
+	// alone, whatever the cost parameters say.
+	minKeyFloor = 16
+)
+
+// Limits cap what a stored hash may ask of the machine. Parse rejects any hash
+// beyond them before allocating for it.
+type Limits struct {
+	// MaxEncodedLen caps the length in bytes of a whole stored-hash string.
+	MaxEncodedLen int
+	// MaxPasswordLen caps the length in bytes of a password. bcrypt uses
+	// only the first 72 bytes of what is allowed here.
+	MaxPasswordLen int
+	// MaxMemoryKiB caps argon2 m. Argon2's own floor, m >= 8*p, is a format
+	// rule that Parse always enforces.
+	MaxMemoryKiB uint32
+	// MaxIterations caps argon2 t.
+	MaxIterations uint32
+	// MaxParallelism caps argon2 p.
+	MaxParallelism uint8
+	// MinSaltLen and MaxSaltLen bound the decoded argon2 salt, in bytes.
+	MinSaltLen, MaxSaltLen int
+	// MinKeyLen and MaxKeyLen bound the decoded argon2 key (tag), in bytes.
+	MinKeyLen, MaxKeyLen int
+	// MaxBcryptCost caps the bcrypt cost, the log2 of its rounds.
+	MaxBcryptCost int
+}
+
+// DefaultLimits returns limits that admit every common production hash while
+// bounding one check to 256 MiB, 16 passes and 2^14 bcrypt rounds.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxEncodedLen:  512,
+		MaxPasswordLen: 4096,
+		MaxMemoryKiB:   256 << 10, // 256 MiB
+		MaxIterations:  16,
+		MaxParallelism: 16,
+		MinSaltLen:     8,
+		MaxSaltLen:     64,
+		MinKeyLen:      16,
+		MaxKeyLen:      128,
+		MaxBcryptCost:  14,
+	}
+}
+
+// Validate returns an error wrapping ErrInvalidLimits naming the first field
+// that is out of range: every maximum must be at least 1 (MaxMemoryKiB at
+// least 8, Argon2's minimum for p=1), MinSaltLen at least 8, MinKeyLen at
+// least 16, each minimum at most its maximum, and MaxBcryptCost within
+// bcrypt's 4..31.
+func (l Limits) Validate() error {
+	switch {
+	case l.MaxEncodedLen < 1:
+		return fmt.Errorf("%w: MaxEncodedLen %d is below 1", ErrInvalidLimits, l.MaxEncodedLen)
+	case l.MaxPasswordLen < 1:
+		return fmt.Errorf("%w: MaxPasswordLen %d is below 1", ErrInvalidLimits, l.MaxPasswordLen)
+	case l.MaxMemoryKiB < 8:
+		return fmt.Errorf("%w: MaxMemoryKiB %d is below 8", ErrInvalidLimits, l.MaxMemoryKiB)
+	case l.MaxIterations < 1:
+		return fmt.Errorf("%w: MaxIterations %d is below 1", ErrInvalidLimits, l.MaxIterations)
+	case l.MaxParallelism < 1:
+		return fmt.Errorf("%w: MaxParallelism %d is below 1", ErrInvalidLimits, l.MaxParallelism)
+	case l.MinSaltLen < minSaltFloor:
+		return fmt.Errorf("%w: MinSaltLen %d is below %d", ErrInvalidLimits, l.MinSaltLen, minSaltFloor)
+	case l.MaxSaltLen < l.MinSaltLen:
+		return fmt.Errorf("%w: MaxSaltLen %d is below MinSaltLen %d", ErrInvalidLimits, l.MaxSaltLen, l.MinSaltLen)
+	case l.MinKeyLen < minKeyFloor:
+		return fmt.Errorf("%w: MinKeyLen %d is below %d", ErrInvalidLimits, l.MinKeyLen, minKeyFloor)
+	case l.MaxKeyLen < l.MinKeyLen:
+		return fmt.Errorf("%w: MaxKeyLen %d is below MinKeyLen %d", ErrInvalidLimits, l.MaxKeyLen, l.MinKeyLen)
+	case l.MaxBcryptCost < bcryptMinCost || l.MaxBcryptCost > bcryptMaxCost:
+		return fmt.Errorf("%w: MaxBcryptCost %d is outside %d..%d", ErrInvalidLimits, l.MaxBcryptCost, bcryptMinCost, bcryptMaxCost)
+	}
+	return nil
+}
+
+// Policy is how new passwords are hashed (always Argon2id, version 19) and
+// the bar below which Verify reports that a stored hash needs a rehash.
+type Policy struct {
+	Params  Params
+	SaltLen int // bytes
+	KeyLen  int // bytes
+}
+
+// DefaultPolicy returns Argon2id with m=65536 (64 MiB), t=3, p=4, the second
+// recommended option of RFC 9106, with a 16-byte salt and a 32-byte key.
+func DefaultPolicy() Policy {
+	return Policy{
+		Params:  Params{Memory: 64 << 10, Iterations: 3, Parallelism: 4},
+		SaltLen: 16,
+		KeyLen:  32,
+	}
+}
+
+// Validate checks l with Limits.Validate, then that p fits within l (so that
+// the Verifier can parse every hash it produces) and satisfies Argon2's own
+// minimums. It returns an error wrapping ErrInvalidLimits or ErrInvalidPolicy
+// that names the first offending field.
+func (p Policy) Validate(l Limits) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	pp := p.Params
+	switch {
+	case pp.Parallelism < 1:
+		return fmt.Errorf("%w: Params.Parallelism %d is below 1", ErrInvalidPolicy, pp.Parallelism)
+	case pp.Parallelism > l.MaxParallelism:
+		return fmt.Errorf("%w: Params.Parallelism %d exceeds Limits.MaxParallelism %d", ErrInvalidPolicy, pp.Parallelism, l.MaxParallelism)
+	case pp.Iterations < 1:
+		return fmt.Errorf("%w: Params.Iterations %d is below 1", ErrInvalidPolicy, pp.Iterations)
+	case pp.Iterations > l.MaxIterations:
+		return fmt.Errorf("%w: Params.Iterations %d exceeds Limits.MaxIterations %d", ErrInvalidPolicy, pp.Iterations, l.MaxIterations)
+	case uint64(pp.Memory) < 8*uint64(pp.Parallelism):
+		return fmt.Errorf("%w: Params.Memory %d KiB is below 8*Parallelism = %d KiB", ErrInvalidPolicy, pp.Memory, 8*uint64(pp.Parallelism))
+	case pp.Memory > l.MaxMemoryKiB:
+		return fmt.Errorf("%w: Params.Memory %d KiB exceeds Limits.MaxMemoryKiB %d", ErrInvalidPolicy, pp.Memory, l.MaxMemoryKiB)
+	case p.SaltLen < l.MinSaltLen:
+		return fmt.Errorf("%w: SaltLen %d is below Limits.MinSaltLen %d", ErrInvalidPolicy, p.SaltLen, l.MinSaltLen)
+	case p.SaltLen > l.MaxSaltLen:
+		return fmt.Errorf("%w: SaltLen %d exceeds Limits.MaxSaltLen %d", ErrInvalidPolicy, p.SaltLen, l.MaxSaltLen)
+	case p.KeyLen < l.MinKeyLen:
+		return fmt.Errorf("%w: KeyLen %d is below Limits.MinKeyLen %d", ErrInvalidPolicy, p.KeyLen, l.MinKeyLen)
+	case p.KeyLen > l.MaxKeyLen:
+		return fmt.Errorf("%w: KeyLen %d exceeds Limits.MaxKeyLen %d", ErrInvalidPolicy, p.KeyLen, l.MaxKeyLen)
+	}
+	h := Hash{
+		Algorithm: Argon2id, Version: argon2Version, Params: pp,
+		Salt: make([]byte, p.SaltLen), Key: make([]byte, p.KeyLen),
+	}
+	if n := len(h.String()); n > l.MaxEncodedLen {
+		return fmt.Errorf("%w: encoded hashes would be %d bytes, over Limits.MaxEncodedLen %d", ErrInvalidPolicy, n, l.MaxEncodedLen)
+	}
+	return nil
+}

@@ -1,0 +1,446 @@
+// Package workpool runs expensive, deadline-bound jobs on a fixed set of
+// workers behind a bounded queue that refuses work it cannot finish in time.
+//
+// The pool promises:
+//
+//   - At most Workers jobs run at once; nothing is allocated per queued job
+//     beyond its small bookkeeping record, so the memory a job needs while
+//     running (an Argon2 block array, say) is bounded by Workers × one job.
+//   - Admission at arrival: Submit refuses at once, without queueing, when the
+//     queue is full, when the projected queue wait (the summed expected cost of
+//     queued jobs divided by the active workers) exceeds MaxQueueWait, or when
+//     the projected wait plus the job's own cost would overrun the caller's
+//     deadline.
+//   - Admission at dequeue: a job whose remaining deadline is shorter than its
+//     expected cost when a worker picks it up is dropped without running.
+//   - A job whose context is cancelled while queued is removed and never runs.
+//   - Adaptive LIFO: jobs are served oldest first while the queue is short;
+//     once the oldest queued job has waited longer than LIFOAfter, newest first
+//     (its callers are the ones still waiting), until the queue drains.
+//
+// A Pool is safe for concurrent use. Its workers are started by New and
+// stopped, and waited for, by Close.
+package workpool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Sentinel errors returned by Submit. Refusals at arrival all match
+// ErrRefused with errors.Is; drops after queueing do not.
+var (
+	// ErrRefused is matched by every refusal at arrival.
+	ErrRefused = errors.New("workpool: refused")
+	// ErrQueueFull: the queue holds QueueCapacity jobs already.
+	ErrQueueFull = fmt.Errorf("%w: queue full", ErrRefused)
+	// ErrWaitTooLong: the projected queue wait exceeds MaxQueueWait.
+	ErrWaitTooLong = fmt.Errorf("%w: projected queue wait exceeds the maximum", ErrRefused)
+	// ErrWouldMissDeadline: projected wait plus the job's cost overruns the
+	// caller's remaining deadline.
+	ErrWouldMissDeadline = fmt.Errorf("%w: projected queue wait would overrun the deadline", ErrRefused)
+	// ErrDeadlineTooShort: the caller's remaining deadline cannot cover the
+	// job's own cost even with an empty queue.
+	ErrDeadlineTooShort = fmt.Errorf("%w: remaining deadline shorter than the expected cost", ErrRefused)
+	// ErrDraining: the pool takes no new work.
+	ErrDraining = fmt.Errorf("%w: draining", ErrRefused)
+
+	// ErrExpired: the job was dropped at dequeue because its remaining
+	// deadline was shorter than its expected cost.
+	ErrExpired = errors.New("workpool: deadline would pass before the job finished; dropped at dequeue")
+	// ErrCancelled: the caller's context ended while the job was queued; the
+	// job was removed and never ran.
+	ErrCancelled = errors.New("workpool: caller left while queued")
+	// ErrClosed: the pool closed before the job ran.
+	ErrClosed = errors.New("workpool: closed")
+)
+
+// Config sizes a Pool.
+type Config struct {
+	// Workers is the number of jobs that may run at once.
+	Workers int
+	// QueueCapacity bounds the number of queued (not yet running) jobs.
+	QueueCapacity int
+	// MaxQueueWait refuses arrivals whose projected queue wait exceeds it.
+	MaxQueueWait time.Duration
+	// LIFOAfter switches the queue to newest-first once the oldest queued job
+	// has waited this long; it returns to oldest-first when the queue drains.
+	LIFOAfter time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case c.Workers < 1:
+		return fmt.Errorf("workpool: Workers must be at least 1, got %d", c.Workers)
+	case c.QueueCapacity < 0:
+		return fmt.Errorf("workpool: QueueCapacity must not be negative, got %d", c.QueueCapacity)
+	case c.MaxQueueWait <= 0:
+		return fmt.Errorf("workpool: MaxQueueWait must be positive, got %v", c.MaxQueueWait)
+	case c.LIFOAfter <= 0:
+		return fmt.Errorf("workpool: LIFOAfter must be positive, got %v", c.LIFOAfter)
+	}
+	return nil
+}
+
+// Result describes what happened to a submitted job.
+type Result struct {
+	// Wait is the time spent queued (zero when refused at arrival).
+	Wait time.Duration
+	// Service is the time a worker was held by the job, slowdown included
+	// (zero when the job did not run).
+	Service time.Duration
+}
+
+// Stats is a snapshot of the pool.
+type Stats struct {
+	Workers    int           // configured workers
+	Active     int           // workers currently taking work
+	Busy       int           // jobs running
+	Queued     int           // jobs waiting
+	QueuedCost time.Duration // summed expected cost of queued jobs
+	LIFO       bool          // serving newest first
+	Draining   bool          // refusing new work
+	Slowdown   float64       // service-time multiplier in force
+	Completed  uint64        // jobs that ran to completion, ever
+}
+
+type jobState uint8
+
+const (
+	stateQueued jobState = iota
+	stateRunning
+	stateDone
+)
+
+type job struct {
+	ctx      context.Context
+	fn       func()
+	cost     time.Duration
+	enqueued time.Time
+	state    jobState
+	err      error
+	res      Result
+	done     chan struct{}
+
+	prev, next *job
+}
+
+// Pool is a bounded, deadline-aware worker pool. Create it with New.
+type Pool struct {
+	cfg Config
+	now func() time.Time
+
+	mu         sync.Mutex
+	work       *sync.Cond // signalled when a job is queued
+	capacity   *sync.Cond // signalled when the active worker count changes
+	idle       *sync.Cond // signalled when a job finishes or leaves the queue
+	head, tail *job
+	queued     int
+	queuedCost time.Duration
+	busy       int
+	active     int
+	slowdown   float64
+	lifo       bool
+	draining   bool
+	closed     bool
+	completed  uint64
+
+	stop chan struct{} // closed by Close: interrupts slowdown holds
+	wg   sync.WaitGroup
+}
+
+// New validates cfg and starts the workers.
+func New(cfg Config) (*Pool, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Pool{cfg: cfg, now: cfg.Now, active: cfg.Workers, slowdown: 1, stop: make(chan struct{})}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	p.work = sync.NewCond(&p.mu)
+	p.capacity = sync.NewCond(&p.mu)
+	p.idle = sync.NewCond(&p.mu)
+	p.wg.Add(cfg.Workers)
+	for i := range cfg.Workers {
+		go p.worker(i)
+	}
+	return p, nil
+}
+
+// Submit queues fn to run on a worker with expected cost, and waits until it
+// ran or was dropped. It returns nil only when fn ran. Refusals at arrival
+// match ErrRefused; see the package doc for when each error is returned.
+// If ctx ends while fn is running, Submit still waits for fn to return, so
+// that fn may safely write variables the caller reads afterwards.
+func (p *Pool) Submit(ctx context.Context, cost time.Duration, fn func()) (Result, error) {
+	now := p.now()
+	p.mu.Lock()
+	if err := p.admitLocked(ctx, now, cost); err != nil {
+		p.mu.Unlock()
+		return Result{}, err
+	}
+	j := &job{ctx: ctx, fn: fn, cost: cost, enqueued: now, done: make(chan struct{})}
+	p.pushLocked(j)
+	p.work.Signal()
+	p.mu.Unlock()
+
+	select {
+	case <-j.done:
+		return j.res, j.err
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	if j.state == stateQueued {
+		p.removeLocked(j)
+		j.state = stateDone
+		j.res.Wait = p.now().Sub(j.enqueued)
+		p.mu.Unlock()
+		return j.res, ErrCancelled
+	}
+	p.mu.Unlock()
+	<-j.done // running: the worker finishes it
+	return j.res, j.err
+}
+
+// admitLocked decides at arrival. It allocates nothing.
+func (p *Pool) admitLocked(ctx context.Context, now time.Time, cost time.Duration) error {
+	switch {
+	case p.draining || p.closed:
+		return ErrDraining
+	case p.queued >= p.cfg.QueueCapacity:
+		return ErrQueueFull
+	}
+	wait := p.projectedWaitLocked()
+	if wait > p.cfg.MaxQueueWait {
+		return ErrWaitTooLong
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		remaining := dl.Sub(now)
+		if cost > remaining {
+			return ErrDeadlineTooShort
+		}
+		if wait+cost > remaining {
+			return ErrWouldMissDeadline
+		}
+	}
+	return nil
+}
+
+// projectedWaitLocked estimates how long a job queued now would wait: the
+// expected cost of everything ahead of it spread over the active workers.
+func (p *Pool) projectedWaitLocked() time.Duration {
+	if p.queued == 0 {
+		return 0
+	}
+	return time.Duration(float64(p.queuedCost) * p.slowdown / float64(p.active))
+}
+
+// ProjectedWait is the queue wait a job submitted now would expect.
+func (p *Pool) ProjectedWait() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.projectedWaitLocked()
+}
+
+func (p *Pool) pushLocked(j *job) {
+	j.prev = p.tail
+	if p.tail != nil {
+		p.tail.next = j
+	} else {
+		p.head = j
+	}
+	p.tail = j
+	p.queued++
+	p.queuedCost += j.cost
+}
+
+func (p *Pool) removeLocked(j *job) {
+	if j.prev != nil {
+		j.prev.next = j.next
+	} else {
+		p.head = j.next
+	}
+	if j.next != nil {
+		j.next.prev = j.prev
+	} else {
+		p.tail = j.prev
+	}
+	j.prev, j.next = nil, nil
+	p.queued--
+	p.queuedCost -= j.cost
+	if p.queued == 0 {
+		p.lifo = false
+		p.queuedCost = 0
+	}
+	p.idle.Broadcast()
+}
+
+// popLocked takes the next job: oldest first, or newest first once the
+// oldest has waited past LIFOAfter. The queue must not be empty.
+func (p *Pool) popLocked(now time.Time) *job {
+	if !p.lifo && now.Sub(p.head.enqueued) > p.cfg.LIFOAfter {
+		p.lifo = true
+	}
+	j := p.head
+	if p.lifo {
+		j = p.tail
+	}
+	p.removeLocked(j)
+	return j
+}
+
+func (p *Pool) worker(idx int) {
+	defer p.wg.Done()
+	for {
+		p.mu.Lock()
+		for !p.closed && (idx >= p.active || p.queued == 0) {
+			if idx >= p.active {
+				p.capacity.Wait()
+			} else {
+				p.work.Wait()
+			}
+		}
+		if p.closed {
+			p.mu.Unlock()
+			return
+		}
+		now := p.now()
+		j := p.popLocked(now)
+		j.state = stateRunning
+		j.res.Wait = now.Sub(j.enqueued)
+		if dl, ok := j.ctx.Deadline(); ok && dl.Sub(now) < j.cost {
+			j.err = ErrExpired
+			p.finishLocked(j)
+			p.mu.Unlock()
+			continue
+		}
+		if j.ctx.Err() != nil {
+			j.err = ErrCancelled
+			p.finishLocked(j)
+			p.mu.Unlock()
+			continue
+		}
+		p.busy++
+		slowdown := p.slowdown
+		p.mu.Unlock()
+
+		start := p.now()
+		j.fn()
+		ran := p.now().Sub(start)
+		if slowdown > 1 {
+			p.hold(time.Duration(float64(ran) * (slowdown - 1)))
+		}
+		j.res.Service = p.now().Sub(start)
+
+		p.mu.Lock()
+		p.busy--
+		p.completed++
+		p.finishLocked(j)
+		p.mu.Unlock()
+	}
+}
+
+// hold keeps a worker occupied without using CPU, as a slower node would.
+func (p *Pool) hold(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-p.stop:
+	}
+}
+
+func (p *Pool) finishLocked(j *job) {
+	j.state = stateDone
+	close(j.done)
+	p.idle.Broadcast()
+}
+
+// SetCapacity runs the pool with active workers (clamped to [1, Workers])
+// and stretches every job's service time by slowdown (clamped to ≥ 1).
+// Workers beyond active finish the job they hold and then idle.
+func (p *Pool) SetCapacity(active int, slowdown float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.active = min(max(active, 1), p.cfg.Workers)
+	p.slowdown = max(slowdown, 1)
+	// Wake everyone: workers now inactive must move to the capacity wait, so
+	// that a later work signal cannot be swallowed by a worker that may not
+	// take work.
+	p.capacity.Broadcast()
+	p.work.Broadcast()
+}
+
+// Stats returns a snapshot.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return Stats{
+		Workers:    p.cfg.Workers,
+		Active:     p.active,
+		Busy:       p.busy,
+		Queued:     p.queued,
+		QueuedCost: p.queuedCost,
+		LIFO:       p.lifo,
+		Draining:   p.draining || p.closed,
+		Slowdown:   p.slowdown,
+		Completed:  p.completed,
+	}
+}
+
+// Drain stops admitting new work and waits until every queued job has run or
+// been dropped and no job is running, or until ctx ends (then it returns
+// ctx's error). Queued jobs keep their normal treatment: a job whose deadline
+// can no longer be met is dropped at dequeue rather than run.
+func (p *Pool) Drain(ctx context.Context) error {
+	p.mu.Lock()
+	p.draining = true
+	p.mu.Unlock()
+
+	stopWake := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.idle.Broadcast()
+		p.mu.Unlock()
+	})
+	defer stopWake()
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.queued > 0 || p.busy > 0 {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		p.idle.Wait()
+	}
+	return nil
+}
+
+// Close stops the workers and waits for them. Jobs still queued fail with
+// ErrClosed; a running job is allowed to finish (a slowdown hold is cut
+// short). Close is idempotent.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	for p.head != nil {
+		j := p.head
+		p.removeLocked(j)
+		j.err = ErrClosed
+		p.finishLocked(j)
+	}
+	close(p.stop)
+	p.work.Broadcast()
+	p.capacity.Broadcast()
+	p.mu.Unlock()
+	p.wg.Wait()
+}

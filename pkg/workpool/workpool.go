@@ -78,8 +78,9 @@ func (c Config) Validate() error {
 	switch {
 	case c.Workers < 1:
 		return fmt.Errorf("workpool: Workers must be at least 1, got %d", c.Workers)
-	case c.QueueCapacity < 0:
-		return fmt.Errorf("workpool: QueueCapacity must not be negative, got %d", c.QueueCapacity)
+	case c.QueueCapacity < 1:
+		// Every job passes through the queue, even on its way to an idle worker.
+		return fmt.Errorf("workpool: QueueCapacity must be at least 1, got %d", c.QueueCapacity)
 	case c.MaxQueueWait <= 0:
 		return fmt.Errorf("workpool: MaxQueueWait must be positive, got %v", c.MaxQueueWait)
 	case c.LIFOAfter <= 0:

@@ -382,7 +382,7 @@ func TestValidate(t *testing.T) {
 	}
 	for name, mutate := range map[string]func(*Config){
 		"Workers":       func(c *Config) { c.Workers = 0 },
-		"QueueCapacity": func(c *Config) { c.QueueCapacity = -1 },
+		"QueueCapacity": func(c *Config) { c.QueueCapacity = 0 },
 		"MaxQueueWait":  func(c *Config) { c.MaxQueueWait = 0 },
 		"LIFOAfter":     func(c *Config) { c.LIFOAfter = 0 },
 	} {

@@ -1,0 +1,73 @@
+// Command verifier serves Levee's VerifyService from a pool of Argon2
+// workers. Every flag can also be set through the environment: -workers is
+// LEVEE_WORKERS. See the README for the full reference.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/leveehq/levee/internal/flagenv"
+	"github.com/leveehq/levee/pkg/verifier"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "verifier:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	cfg := verifier.DefaultConfig()
+	fs := flag.NewFlagSet("verifier", flag.ContinueOnError)
+	fs.StringVar(&cfg.ListenAddr, "listen", cfg.ListenAddr, "gRPC listen address")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-listen", cfg.MetricsAddr, "HTTP address for /metrics (empty: none)")
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "hashes run at once (default: one per core)")
+	fs.IntVar(&cfg.QueueCapacity, "queue", cfg.QueueCapacity, "requests that may wait for a worker")
+	fs.DurationVar(&cfg.MaxQueueWait, "max-queue-wait", cfg.MaxQueueWait, "refuse arrivals whose projected queue wait exceeds this")
+	fs.DurationVar(&cfg.LIFOAfter, "lifo-after", cfg.LIFOAfter, "serve newest first once the oldest queued request waited this long")
+	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "bound on a graceful drain at SIGTERM")
+	fs.DurationVar(&cfg.Deadline.Default, "default-deadline", cfg.Deadline.Default, "deadline applied to calls that bring none")
+	fs.DurationVar(&cfg.Deadline.Max, "max-deadline", cfg.Deadline.Max, "longer incoming deadlines are clamped to this")
+	fs.DurationVar(&cfg.Deadline.Margin, "hop-margin", cfg.Deadline.Margin, "per-hop margin subtracted from forwarded deadlines")
+	mem := fs.Uint("argon2-memory-kib", uint(cfg.Policy.Params.Memory), "hashing policy: Argon2id memory in KiB")
+	iter := fs.Uint("argon2-iterations", uint(cfg.Policy.Params.Iterations), "hashing policy: Argon2id iterations")
+	par := fs.Uint("argon2-parallelism", uint(cfg.Policy.Params.Parallelism), "hashing policy: Argon2id lanes")
+	maxMem := fs.Uint("max-memory-kib", uint(cfg.Limits.MaxMemoryKiB), "refuse stored hashes asking for more memory than this (KiB)")
+	maxIter := fs.Uint("max-iterations", uint(cfg.Limits.MaxIterations), "refuse stored hashes asking for more iterations")
+	maxPar := fs.Uint("max-parallelism", uint(cfg.Limits.MaxParallelism), "refuse stored hashes asking for more lanes")
+	fs.BoolVar(&cfg.EnableCapacityKnob, "enable-capacity-knob", false, "allow VerifierAdminService.SetCapacity (experiments only)")
+	resident := fs.Bool("resident-heap", true, "keep Argon2 memory resident between hashes (GOGC off, soft memory limit)")
+	logJSON := fs.Bool("log-json", false, "log JSON instead of text")
+	if err := flagenv.Parse(fs, args, nil); err != nil {
+		return err
+	}
+	if *par > 255 || *maxPar > 255 || *mem > 1<<32-1 || *iter > 1<<32-1 || *maxMem > 1<<32-1 || *maxIter > 1<<32-1 {
+		return fmt.Errorf("an Argon2 parameter is out of range")
+	}
+	cfg.Policy.Params.Memory, cfg.Policy.Params.Iterations, cfg.Policy.Params.Parallelism = uint32(*mem), uint32(*iter), uint8(*par)
+	cfg.Limits.MaxMemoryKiB, cfg.Limits.MaxIterations, cfg.Limits.MaxParallelism = uint32(*maxMem), uint32(*maxIter), uint8(*maxPar)
+
+	var handler slog.Handler = slog.NewTextHandler(os.Stderr, nil)
+	if *logJSON {
+		handler = slog.NewJSONHandler(os.Stderr, nil)
+	}
+	cfg.Logger = slog.New(handler)
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if *resident {
+		limit := verifier.KeepHeapResident(cfg.Workers, cfg.Policy)
+		cfg.Logger.Info("heap kept resident", "soft_memory_limit_mib", limit>>20)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return verifier.Run(ctx, cfg)
+}

@@ -1,0 +1,109 @@
+package verifier
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leveehq/levee/pkg/callmeta"
+	"github.com/leveehq/levee/pkg/verify"
+	"github.com/leveehq/levee/pkg/workpool"
+)
+
+// Drop reasons: the bounded values of the reason label.
+const (
+	reasonArrival      = "arrival"         // refused before queueing
+	reasonExpired      = "dequeue_expired" // dropped at dequeue: deadline too close
+	reasonQueueExpired = "queue_expired"   // deadline passed while queued
+	reasonCancel       = "cancelled"       // caller left while queued
+	reasonDraining     = "draining"        // node draining or closed
+)
+
+type metrics struct {
+	queueWait *prometheus.HistogramVec // by rpc
+	service   *prometheus.HistogramVec // by algorithm
+	goodput   *prometheus.CounterVec   // by rpc
+	late      *prometheus.CounterVec   // by rpc
+	dropped   *prometheus.CounterVec   // by reason, priority
+	hashes    *prometheus.CounterVec   // by algorithm
+}
+
+// latencyBuckets span 1 ms to ~33 s: from a cheap hash to a hopeless queue.
+var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2, 16)
+
+func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *costModel, policy *verify.Hash) *metrics {
+	m := &metrics{
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "levee_verifier_queue_wait_seconds",
+			Help:    "Time requests spent queued before a worker took them (or dropped them).",
+			Buckets: latencyBuckets,
+		}, []string{"rpc"}),
+		service: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "levee_verifier_service_seconds",
+			Help:    "Time a worker was held by one hash, slowdown included.",
+			Buckets: latencyBuckets,
+		}, []string{"algorithm"}),
+		goodput: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "levee_verifier_goodput_total",
+			Help: "Requests answered before the caller's deadline.",
+		}, []string{"rpc"}),
+		late: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "levee_verifier_late_total",
+			Help: "Requests whose hash completed after the caller's deadline or departure: wasted work.",
+		}, []string{"rpc"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "levee_verifier_dropped_total",
+			Help: "Requests not hashed, by reason (arrival, dequeue_expired, queue_expired, cancelled, draining) and priority.",
+		}, []string{"reason", "priority"}),
+		hashes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "levee_verifier_hashes_total",
+			Help: "Hash computations started, by algorithm.",
+		}, []string{"algorithm"}),
+	}
+	stat := func(f func(workpool.Stats) float64) func() float64 {
+		return func() float64 { return f(pool.Stats()) }
+	}
+	reg.MustRegister(m.queueWait, m.service, m.goodput, m.late, m.dropped, m.hashes,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "levee_verifier_inflight",
+			Help: "Hashes running now.",
+		}, stat(func(s workpool.Stats) float64 { return float64(s.Busy) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "levee_verifier_queue_length",
+			Help: "Requests waiting for a worker.",
+		}, stat(func(s workpool.Stats) float64 { return float64(s.Queued) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "levee_verifier_workers_active",
+			Help: "Workers taking work (lower than configured while the capacity knob is in use).",
+		}, stat(func(s workpool.Stats) float64 { return float64(s.Active) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "levee_verifier_lifo",
+			Help: "1 while the queue serves newest first.",
+		}, stat(func(s workpool.Stats) float64 { return b2f(s.LIFO) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "levee_verifier_expected_service_seconds",
+			Help: "Current estimate of one hash under the hashing policy.",
+		}, func() float64 { return model.estimate(policy).Seconds() }),
+	)
+	// Pre-create the label combinations so that every series exists at zero.
+	for _, rpc := range []string{"verify", "hash"} {
+		m.queueWait.WithLabelValues(rpc)
+		m.goodput.WithLabelValues(rpc)
+		m.late.WithLabelValues(rpc)
+	}
+	for _, a := range []verify.Algorithm{verify.Argon2id, verify.Argon2i, verify.Bcrypt} {
+		m.service.WithLabelValues(a.String())
+		m.hashes.WithLabelValues(a.String())
+	}
+	for _, r := range []string{reasonArrival, reasonExpired, reasonQueueExpired, reasonCancel, reasonDraining} {
+		for _, p := range []callmeta.Priority{callmeta.Critical, callmeta.Interactive, callmeta.Batch} {
+			m.dropped.WithLabelValues(r, p.String())
+		}
+	}
+	return m
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,433 @@
+// Package verifier serves Levee's VerifyService from a pool of Argon2
+// workers that never hashes for a caller who already left.
+//
+// A Server promises:
+//
+//   - Malformed or hostile input is INVALID_ARGUMENT before it is queued, and
+//     nothing proportional to the attacker's numbers is allocated (package
+//     verify checks every cap first).
+//   - Admission on arrival: when the projected queue wait (the expected cost
+//     of the queued work spread over the active workers) would exceed the
+//     caller's remaining deadline or MaxQueueWait, or the queue is full, the
+//     call ends at once with RESOURCE_EXHAUSTED and the trailer
+//     grpc-retry-pushback-ms: -1 ("overloaded, do not retry": only one layer
+//     of the fleet retries, and it is not the one in front of an overloaded
+//     node).
+//   - At dequeue, a request whose remaining deadline is shorter than its
+//     expected service time is dropped without hashing (DEADLINE_EXCEEDED),
+//     and a caller who cancels while queued is removed and never hashed.
+//   - The queue serves newest first once its oldest entry has waited past
+//     LIFOAfter, oldest first again once it drains.
+//   - At most Workers hashes run at once, so Argon2 memory is bounded by
+//     Workers × m of the largest admitted hash.
+//   - Health is NOT_SERVING until the workers are warm, and again from the
+//     moment a drain starts; during a drain new calls get UNAVAILABLE
+//     (retryable elsewhere) while queued work is finished or dropped by its
+//     deadline.
+//
+// Metrics go to a private registry; see metrics.go for the series.
+package verifier
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"sync"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/orca"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/pkg/callmeta"
+	"github.com/leveehq/levee/pkg/deadline"
+	"github.com/leveehq/levee/pkg/verify"
+	"github.com/leveehq/levee/pkg/workpool"
+)
+
+// PushbackTrailer is gRPC's trailer for "retry after N ms"; a negative value
+// means "do not retry".
+const PushbackTrailer = "grpc-retry-pushback-ms"
+
+// maxRecvMsgSize bounds a request message: a stored hash and a password fit
+// in a few KiB, so nothing larger is read into memory.
+const maxRecvMsgSize = 16 << 10
+
+var (
+	_ verifyv1.VerifyServiceServer        = (*Server)(nil)
+	_ verifyv1.VerifierAdminServiceServer = (*adminServer)(nil)
+)
+
+// Server is one verifier. Create it with New; serve it with Serve or Run.
+type Server struct {
+	verifyv1.UnimplementedVerifyServiceServer
+
+	cfg     Config
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	v       *verify.Verifier
+	policy  *verify.Hash // the policy's parameters, for cost estimates
+	pool    *workpool.Pool
+	model   *costModel
+	metrics *metrics
+	health  *health.Server
+	admin   *adminServer
+	grpc    *grpc.Server
+	load    *loadReporter
+
+	// beforeHash, when set (by tests, before Serve), runs on the worker just
+	// before each hash of a request, after every admission check passed.
+	beforeHash func(rpc string)
+
+	closeOnce sync.Once
+}
+
+// New builds a verifier and starts its workers; Serve (or Close) must follow.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	v, err := verify.New(cfg.Policy, cfg.Limits)
+	if err != nil {
+		return nil, fmt.Errorf("verifier: %w", err)
+	}
+	pool, err := workpool.New(workpool.Config{
+		Workers:       cfg.Workers,
+		QueueCapacity: cfg.QueueCapacity,
+		MaxQueueWait:  cfg.MaxQueueWait,
+		LIFOAfter:     cfg.LIFOAfter,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("verifier: %w", err)
+	}
+	s := &Server{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		reg:    cfg.Registry,
+		v:      v,
+		policy: v.PolicyHash(),
+		pool:   pool,
+		model:  newCostModel(),
+		health: health.NewServer(),
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.reg == nil {
+		s.reg = prometheus.NewRegistry()
+		s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	s.metrics = newMetrics(s.reg, pool, s.model, s.policy)
+	s.admin = newAdminServer(pool, cfg.Workers, cfg.EnableCapacityKnob, s.log)
+	s.load = newLoadReporter(pool, cfg.QueueCapacity)
+
+	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
+		grpcprom.WithHistogramBuckets(latencyBuckets)))
+	s.reg.MustRegister(grpcMetrics)
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(maxRecvMsgSize),
+		grpc.ChainUnaryInterceptor(
+			grpcMetrics.UnaryServerInterceptor(),
+			cfg.Deadline.UnaryServerInterceptor(),
+			callmeta.UnaryServerInterceptor(),
+		),
+		grpc.ChainStreamInterceptor(
+			grpcMetrics.StreamServerInterceptor(),
+			cfg.Deadline.StreamServerInterceptor(),
+		),
+		orca.CallMetricsServerOption(s.load),
+	)
+	verifyv1.RegisterVerifyServiceServer(s.grpc, s)
+	verifyv1.RegisterVerifierAdminServiceServer(s.grpc, s.admin)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	if err := orca.Register(s.grpc, orca.ServiceOptions{ServerMetricsProvider: s.load}); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("verifier: orca: %w", err)
+	}
+	reflection.Register(s.grpc)
+	grpcMetrics.InitializeMetrics(s.grpc)
+	s.setServing(false)
+	return s, nil
+}
+
+// Registry returns the registry holding the verifier's metrics.
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+func (s *Server) setServing(on bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if on {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(verifyv1.VerifyService_ServiceDesc.ServiceName, st)
+}
+
+// Run listens on cfg.ListenAddr (and cfg.MetricsAddr) and serves until ctx
+// ends, then drains. It is what cmd/verifier calls.
+func Run(ctx context.Context, cfg Config) error {
+	s, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		s.Close()
+		return fmt.Errorf("verifier: listen: %w", err)
+	}
+	var mlis net.Listener
+	if cfg.MetricsAddr != "" {
+		if mlis, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+			lis.Close()
+			s.Close()
+			return fmt.Errorf("verifier: metrics listen: %w", err)
+		}
+	}
+	return s.Serve(ctx, lis, mlis)
+}
+
+// Serve warms the workers, serves gRPC on lis and /metrics on mlis (nil for
+// none) until ctx ends, then drains gracefully: health NOT_SERVING first,
+// new work refused, queued work finished or dropped by its deadline, then the
+// listeners close. Serve returns after every goroutine it started has ended.
+func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) error {
+	defer s.Close()
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := s.grpc.Serve(lis); err != nil {
+			return fmt.Errorf("verifier: serve: %w", err)
+		}
+		return nil
+	})
+	var hs *http.Server
+	if mlis != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		g.Go(func() error {
+			if err := hs.Serve(mlis); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("verifier: metrics: %w", err)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error {
+		if err := s.warm(gctx); err != nil && gctx.Err() == nil {
+			s.log.Warn("warm-up failed; serving on the prior cost estimate", "err", err)
+		}
+		if gctx.Err() == nil {
+			s.setServing(true)
+			s.log.Info("verifier serving", "addr", lis.Addr().String(), "workers", s.cfg.Workers,
+				"expected_hash", s.model.estimate(s.policy))
+		}
+		<-gctx.Done()
+		s.drain()
+		if hs != nil {
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = hs.Shutdown(shutdownCtx)
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+// warm runs policy hashes on every worker at once, twice: the first round
+// faults in the Argon2 memory before any caller pays for it, the second
+// measures the service time of a saturated node, which seeds the estimate
+// that admission projects queue waits with.
+func (s *Server) warm(ctx context.Context) error {
+	pw := []byte("levee warm-up")
+	for round := range 2 {
+		errs := make(chan error, s.cfg.Workers)
+		for range s.cfg.Workers {
+			go func() {
+				_, err := s.pool.Submit(ctx, 0, func() {
+					start := time.Now()
+					_, err := s.v.HashPassword(pw, rand.Reader)
+					if took := time.Since(start); err == nil && round == 1 {
+						s.model.set(s.policy, took)
+					}
+				})
+				errs <- err
+			}()
+		}
+		var err error
+		for range s.cfg.Workers {
+			err = errors.Join(err, <-errs)
+		}
+		if err != nil {
+			return err
+		}
+		// Free the first round's arrays so that the second reuses them.
+		runtime.GC()
+	}
+	return nil
+}
+
+// drain takes the node out of service: NOT_SERVING, refuse new work, let
+// queued work finish or drop by deadline, then stop the gRPC server.
+func (s *Server) drain() {
+	s.log.Info("verifier draining")
+	s.health.Shutdown() // every service NOT_SERVING, and it stays so
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+	defer cancel()
+	if err := s.pool.Drain(ctx); err != nil {
+		s.log.Warn("drain timed out; cancelling what is left", "timeout", s.cfg.DrainTimeout)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-stopped
+	}
+	s.log.Info("verifier drained")
+}
+
+// Close stops the server and its workers at once, without draining. Serve
+// calls it on return; it is idempotent.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		s.grpc.Stop()
+		s.admin.close()
+		s.pool.Close()
+	})
+}
+
+// Verify implements VerifyService.Verify.
+func (s *Server) Verify(ctx context.Context, req *verifyv1.VerifyRequest) (*verifyv1.VerifyResponse, error) {
+	if err := s.v.CheckPassword(req.GetPassword()); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	h, err := s.v.Parse(req.GetEncodedHash())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	var match, rehash bool
+	var verr error
+	if err := s.run(ctx, "verify", h, func() {
+		match, rehash, verr = s.v.Verify(h, req.GetPassword())
+	}); err != nil {
+		return nil, err
+	}
+	if verr != nil {
+		return nil, status.Error(codes.InvalidArgument, verr.Error())
+	}
+	return &verifyv1.VerifyResponse{Match: match, NeedsRehash: rehash}, nil
+}
+
+// Hash implements VerifyService.Hash.
+func (s *Server) Hash(ctx context.Context, req *verifyv1.HashRequest) (*verifyv1.HashResponse, error) {
+	if err := s.v.CheckPassword(req.GetPassword()); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	var h *verify.Hash
+	var herr error
+	if err := s.run(ctx, "hash", s.policy, func() {
+		h, herr = s.v.HashPassword(req.GetPassword(), rand.Reader)
+	}); err != nil {
+		return nil, err
+	}
+	if herr != nil {
+		s.log.Error("hash failed", "err", herr)
+		return nil, status.Error(codes.Internal, "hashing failed")
+	}
+	return &verifyv1.HashResponse{EncodedHash: h.String()}, nil
+}
+
+// run queues fn (one hash with the cost of h) and accounts for its fate.
+func (s *Server) run(ctx context.Context, rpc string, h *verify.Hash, fn func()) error {
+	alg := h.Algorithm.String()
+	res, err := s.pool.Submit(ctx, s.model.estimate(h), func() {
+		s.metrics.hashes.WithLabelValues(alg).Inc()
+		if s.beforeHash != nil {
+			s.beforeHash(rpc)
+		}
+		fn()
+	})
+	if err != nil {
+		return s.notRun(ctx, rpc, h, res, err)
+	}
+	s.metrics.queueWait.WithLabelValues(rpc).Observe(res.Wait.Seconds())
+	s.metrics.service.WithLabelValues(alg).Observe(res.Service.Seconds())
+	s.model.observe(h, res.Service)
+	if err := ctx.Err(); err != nil {
+		s.metrics.late.WithLabelValues(rpc).Inc()
+		return status.FromContextError(err).Err()
+	}
+	s.metrics.goodput.WithLabelValues(rpc).Inc()
+	return nil
+}
+
+// Refusals are built once: the shed path formats nothing.
+var (
+	pushbackDoNotRetry = metadata.Pairs(PushbackTrailer, "-1")
+
+	errQueueFull      = status.Error(codes.ResourceExhausted, "verifier overloaded: queue full; do not retry")
+	errWaitTooLong    = status.Error(codes.ResourceExhausted, "verifier overloaded: projected queue wait exceeds the maximum; do not retry")
+	errWouldMiss      = status.Error(codes.ResourceExhausted, "verifier overloaded: projected queue wait would overrun the deadline; do not retry")
+	errDraining       = status.Error(codes.Unavailable, "verifier draining: send to another node")
+	errExpired        = status.Error(codes.DeadlineExceeded, "deadline too close to finish verification; dropped before hashing")
+	errCancelledQueue = status.Error(codes.Canceled, "caller cancelled while queued; not hashed")
+)
+
+// notRun maps a pool error to the caller's status and counts the drop.
+func (s *Server) notRun(ctx context.Context, rpc string, h *verify.Hash, res workpool.Result, err error) error {
+	priority := callmeta.FromContext(ctx).Priority.String()
+	var st error
+	reason := reasonArrival
+	switch {
+	case errors.Is(err, workpool.ErrQueueFull):
+		st = errQueueFull
+	case errors.Is(err, workpool.ErrWaitTooLong):
+		st = errWaitTooLong
+	case errors.Is(err, workpool.ErrWouldMissDeadline):
+		st = errWouldMiss
+	case errors.Is(err, workpool.ErrDeadlineTooShort):
+		remaining, _ := deadline.Remaining(ctx)
+		return s.count(reasonArrival, priority, status.Errorf(codes.DeadlineExceeded,
+			"remaining deadline %v is shorter than the expected %s time %v", remaining.Round(time.Millisecond),
+			h.Algorithm, s.model.estimate(h).Round(time.Millisecond)))
+	case errors.Is(err, workpool.ErrDraining), errors.Is(err, workpool.ErrClosed):
+		return s.count(reasonDraining, priority, errDraining)
+	case errors.Is(err, workpool.ErrExpired):
+		s.metrics.queueWait.WithLabelValues(rpc).Observe(res.Wait.Seconds())
+		return s.count(reasonExpired, priority, errExpired)
+	case errors.Is(err, workpool.ErrCancelled):
+		s.metrics.queueWait.WithLabelValues(rpc).Observe(res.Wait.Seconds())
+		if ctx.Err() == context.DeadlineExceeded {
+			return s.count(reasonQueueExpired, priority, status.FromContextError(ctx.Err()).Err())
+		}
+		return s.count(reasonCancel, priority, errCancelledQueue)
+	default:
+		s.log.Error("unexpected pool error", "err", err)
+		return status.Error(codes.Internal, "internal error")
+	}
+	_ = grpc.SetTrailer(ctx, pushbackDoNotRetry)
+	return s.count(reason, priority, st)
+}
+
+func (s *Server) count(reason, priority string, st error) error {
+	s.metrics.dropped.WithLabelValues(reason, priority).Inc()
+	return st
+}

@@ -1,0 +1,303 @@
+package budgetd
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// Settings of one budget key.
+type Settings struct {
+	// Ratio is the retries allowed per reported first attempt, fleet-wide.
+	Ratio float64 `json:"ratio"`
+	// Burst is the most tokens the budget saves up while unused.
+	Burst float64 `json:"burst"`
+	// MinPerSecond adds tokens whatever the traffic, so that quiet services
+	// can still retry (one allowance for the whole fleet, not per process).
+	MinPerSecond float64 `json:"min_per_second"`
+}
+
+// DefaultSettings: 10% retries, a burst of 100, one retry a second minimum.
+func DefaultSettings() Settings { return Settings{Ratio: 0.1, Burst: 100, MinPerSecond: 1} }
+
+// Validate reports every field out of range.
+func (s Settings) Validate() error {
+	var errs []error
+	check := func(name string, v, lo, hi float64) {
+		if math.IsNaN(v) || v < lo || v > hi {
+			errs = append(errs, fmt.Errorf("%s must be in [%g, %g], got %g", name, lo, hi, v))
+		}
+	}
+	check("ratio", s.Ratio, 0, 10)
+	check("burst", s.Burst, 0, 1e9)
+	check("min_per_second", s.MinPerSecond, 0, 1e6)
+	return errors.Join(errs...)
+}
+
+// shareFloor keeps a client with no reported traffic from a zero share, so
+// that a fleet of quiet clients splits the minimum rate evenly.
+const shareFloor = 0.01 // first attempts per second
+
+// rateAlpha weighs a client's newest first-attempt rate in its average.
+const rateAlpha = 0.3
+
+// Ledger is the accounting of one budget key on the leader. It is not safe
+// for concurrent use; the Server serialises access.
+//
+// Tokens are earned fleet-wide: Ratio × every reported first attempt, plus
+// MinPerSecond × elapsed time. Each earning is split at once among the
+// clients in proportion to their first-attempt rates (a small floor keeps a
+// quiet client from a zero share) and put in each client's own account; a
+// lease grants whole tokens from the client's account, so under scarcity
+// each client gets its proportional share whatever the order in which clients
+// report, and a noisy client cannot drain the budget for the rest. A client's
+// account holds at most its share of the cap; what overflows (clients that
+// are not retrying) goes to a shared pool that any client may draw on once
+// its own account is empty, so tokens are not wasted when they are
+// plentiful. Fractions stay in the accounts, so hundreds of small clients are
+// not starved by rounding. Granted tokens never come back: a lease replaces
+// the previous one and unused tokens expire with it.
+//
+// The cap on tokens held (accounts and pool together) is Burst plus what the
+// fleet earns in one lease period, so a busy fleet whose grants trail its
+// reports loses nothing. Hence over any interval: tokens granted ≤ cap +
+// Ratio × first attempts reported in it + MinPerSecond × its length. A new
+// ledger (a new leader) starts with nothing saved.
+//
+// The split is computed lazily: a global index accumulates earnings per unit
+// of weight, and a client's account is settled against it when the client
+// reports. Report is O(1); Forget and Status are O(clients).
+type Ledger struct {
+	settings Settings
+	lease    time.Duration
+	last     time.Time
+	clients  map[string]*clientState
+	// index is the cumulative earnings per unit of client weight.
+	index float64
+	// weight is the sum of the clients' weights (rate + shareFloor).
+	weight float64
+	// pool holds overflow from full accounts; accounts is the sum of the
+	// settled accounts.
+	pool, accounts float64
+	window         rateWindow
+
+	firstTotal, retriesTotal, grantedTotal, deniedTotal uint64
+}
+
+type clientState struct {
+	rate       float64 // first attempts per second, averaged
+	account    float64 // tokens earned for this client, not yet granted
+	index      float64 // the ledger index the account was settled at
+	lastReport time.Time
+	has, wants uint32
+}
+
+func (c *clientState) weight() float64 { return c.rate + shareFloor }
+
+// NewLedger returns an empty ledger; lease is how long granted tokens stay
+// valid (it sizes the cap).
+func NewLedger(s Settings, lease time.Duration, now time.Time) *Ledger {
+	return &Ledger{settings: s, lease: lease, last: now, clients: map[string]*clientState{}}
+}
+
+// Settings returns the settings in force.
+func (l *Ledger) Settings() Settings { return l.settings }
+
+// SetSettings changes the settings from now on; the pool is clamped to the
+// new cap (accounts on their next settlement).
+func (l *Ledger) SetSettings(s Settings, now time.Time) {
+	l.earn(now, 0)
+	l.settings = s
+	l.pool = min(l.pool, max(l.capacity()-l.accounts, 0))
+}
+
+// capacity is the most tokens held unspent.
+func (l *Ledger) capacity() float64 {
+	return l.settings.Burst + l.settings.Ratio*l.window.rate(&l.window.first)*l.lease.Seconds()
+}
+
+// earn adds the time allowance since the last call plus Ratio × first, split
+// among the clients by weight (into the pool when there are none).
+func (l *Ledger) earn(now time.Time, first uint64) {
+	amount := l.settings.Ratio * float64(first)
+	if dt := now.Sub(l.last); dt > 0 {
+		amount += l.settings.MinPerSecond * dt.Seconds()
+		l.last = now
+	}
+	if amount <= 0 {
+		return
+	}
+	if l.weight > 0 {
+		l.index += amount / l.weight
+		return
+	}
+	l.pool = min(l.pool+amount, max(l.capacity()-l.accounts, 0))
+}
+
+// settle brings c's account up to the index, overflowing into the pool.
+func (l *Ledger) settle(c *clientState) {
+	earned := (l.index - c.index) * c.weight()
+	c.index = l.index
+	if earned <= 0 {
+		return
+	}
+	limit := l.capacity()
+	own := limit * c.weight() / l.weight
+	keep := max(min(earned, own-c.account), 0)
+	c.account += keep
+	l.accounts += keep
+	l.pool = min(l.pool+earned-keep, max(limit-l.accounts, 0))
+}
+
+// Report records one client's counts since its previous report and returns
+// the whole tokens of its new lease (at most want).
+func (l *Ledger) Report(clientID string, first, retries uint64, want uint32, now time.Time) uint32 {
+	l.firstTotal += first
+	l.retriesTotal += retries
+	l.window.add(now, first, retries)
+
+	c := l.clients[clientID]
+	if c == nil {
+		c = &clientState{lastReport: now, index: l.index}
+		l.clients[clientID] = c
+		l.weight += c.weight()
+	}
+	l.earn(now, first)
+	l.settle(c)
+
+	// Learn the client's rate (its weight from now on). A first report has
+	// no interval yet: count it over one lease period.
+	dt := now.Sub(c.lastReport).Seconds()
+	if dt <= 0 {
+		dt = l.lease.Seconds()
+	}
+	l.weight -= c.weight()
+	c.rate = max(c.rate+rateAlpha*(float64(first)/dt-c.rate), 0)
+	l.weight += c.weight()
+	c.lastReport = now
+	c.wants = want
+
+	// Grant from the client's own account, then from the shared pool.
+	g := min(math.Floor(c.account+1e-9), float64(want))
+	c.account = max(c.account-g, 0)
+	l.accounts = max(l.accounts-g, 0)
+	if rest := float64(want) - g; rest > 0 {
+		p := min(math.Floor(l.pool+1e-9), rest)
+		l.pool = max(l.pool-p, 0)
+		g += p
+	}
+	granted := uint32(g)
+	c.has = granted
+	l.grantedTotal += uint64(granted)
+	l.deniedTotal += uint64(want - granted)
+	return granted
+}
+
+// Forget drops clients that have not reported for idle; what they had
+// earned returns to the pool.
+func (l *Ledger) Forget(now time.Time, idle time.Duration) {
+	for id, c := range l.clients {
+		if now.Sub(c.lastReport) > idle {
+			l.settle(c)
+			l.weight = max(l.weight-c.weight(), 0)
+			l.accounts = max(l.accounts-c.account, 0)
+			l.pool = min(l.pool+c.account, max(l.capacity()-l.accounts, 0))
+			delete(l.clients, id)
+		}
+	}
+	if len(l.clients) == 0 {
+		l.weight, l.accounts = 0, 0
+	}
+}
+
+// LedgerStatus is a snapshot of a ledger.
+type LedgerStatus struct {
+	Settings                         Settings
+	Tokens                           float64
+	FirstPerSecond, RetriesPerSecond float64
+	FirstTotal, RetriesTotal         uint64
+	GrantedTotal, DeniedTotal        uint64
+	Clients                          []ClientSnapshot
+}
+
+// ClientSnapshot is one client's state in a ledger.
+type ClientSnapshot struct {
+	ID             string
+	Has, Wants     uint32
+	FirstPerSecond float64
+	SinceReport    time.Duration
+}
+
+// Status returns a snapshot, clients sorted by ID.
+func (l *Ledger) Status(now time.Time) LedgerStatus {
+	l.earn(now, 0)
+	l.window.advance(now)
+	for _, c := range l.clients {
+		l.settle(c)
+	}
+	st := LedgerStatus{
+		Settings:         l.settings,
+		Tokens:           l.pool + l.accounts,
+		FirstPerSecond:   l.window.rate(&l.window.first),
+		RetriesPerSecond: l.window.rate(&l.window.retries),
+		FirstTotal:       l.firstTotal,
+		RetriesTotal:     l.retriesTotal,
+		GrantedTotal:     l.grantedTotal,
+		DeniedTotal:      l.deniedTotal,
+		Clients:          make([]ClientSnapshot, 0, len(l.clients)),
+	}
+	for id, c := range l.clients {
+		st.Clients = append(st.Clients, ClientSnapshot{ID: id, Has: c.has, Wants: c.wants, FirstPerSecond: c.rate, SinceReport: now.Sub(c.lastReport)})
+	}
+	sort.Slice(st.Clients, func(i, j int) bool { return st.Clients[i].ID < st.Clients[j].ID })
+	return st
+}
+
+// rateWindow counts events in one-second buckets over the last windowLen
+// seconds.
+const windowLen = 10
+
+type rateWindow struct {
+	first, retries [windowLen]uint64
+	sec            int64 // the second the newest bucket holds
+	started        int64 // the first second ever seen
+}
+
+func (w *rateWindow) advance(now time.Time) {
+	s := now.Unix()
+	if w.started == 0 {
+		w.started, w.sec = s, s
+	}
+	for ; w.sec < s; w.sec++ {
+		i := (w.sec + 1) % windowLen
+		w.first[i], w.retries[i] = 0, 0
+		if s-w.sec > windowLen { // long gap: everything is stale
+			w.first, w.retries = [windowLen]uint64{}, [windowLen]uint64{}
+			w.sec = s
+			break
+		}
+	}
+}
+
+func (w *rateWindow) add(now time.Time, first, retries uint64) {
+	w.advance(now)
+	i := w.sec % windowLen
+	w.first[i] += first
+	w.retries[i] += retries
+}
+
+// rate is events per second over the window (or since the first event, if
+// that is shorter). It does not advance the window.
+func (w *rateWindow) rate(b *[windowLen]uint64) float64 {
+	if w.started == 0 {
+		return 0
+	}
+	var sum uint64
+	for _, v := range b {
+		sum += v
+	}
+	span := min(float64(w.sec-w.started+1), windowLen)
+	return float64(sum) / span
+}

@@ -59,7 +59,7 @@ func (a *adminServer) SetCapacity(_ context.Context, req *verifyv1.SetCapacityRe
 		return nil, status.Errorf(codes.InvalidArgument, "worker_fraction must be in (0, 1], got %v", req.GetWorkerFraction())
 	case math.IsNaN(slowdown) || slowdown < 1 || slowdown > 100:
 		return nil, status.Errorf(codes.InvalidArgument, "slowdown must be in [1, 100], got %v", req.GetSlowdown())
-	case ms < 0 || time.Duration(ms)*time.Millisecond > maxKnobDuration:
+	case ms < 0 || ms > maxKnobDuration.Milliseconds(): // in ms: ms×1e6 ns may overflow
 		return nil, status.Errorf(codes.InvalidArgument, "duration_ms must be in [0, %d], got %d", maxKnobDuration.Milliseconds(), ms)
 	}
 	a.mu.Lock()

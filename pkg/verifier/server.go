@@ -92,8 +92,9 @@ type Server struct {
 	load    *loadReporter
 
 	// beforeHash, when set (by tests, before Serve), runs on the worker just
-	// before each hash of a request, after every admission check passed.
-	beforeHash func(rpc string)
+	// before each hash of a request, after every admission check passed. ctx
+	// is the request's, so a test can tell requests apart by their metadata.
+	beforeHash func(ctx context.Context, rpc string)
 
 	closeOnce sync.Once
 }
@@ -357,11 +358,14 @@ func (s *Server) Hash(ctx context.Context, req *verifyv1.HashRequest) (*verifyv1
 
 // run queues fn (one hash with the cost of h) and accounts for its fate.
 func (s *Server) run(ctx context.Context, rpc string, h *verify.Hash, fn func()) error {
+	// The ORCA interceptor sends the per-call load report only for a call
+	// whose handler asked for its recorder.
+	orca.CallMetricsRecorderFromContext(ctx)
 	alg := h.Algorithm.String()
 	res, err := s.pool.Submit(ctx, s.model.estimate(h), func() {
 		s.metrics.hashes.WithLabelValues(alg).Inc()
 		if s.beforeHash != nil {
-			s.beforeHash(rpc)
+			s.beforeHash(ctx, rpc)
 		}
 		fn()
 	})
@@ -415,8 +419,13 @@ func (s *Server) notRun(ctx context.Context, rpc string, h *verify.Hash, res wor
 		return s.count(reasonExpired, priority, errExpired)
 	case errors.Is(err, workpool.ErrCancelled):
 		s.metrics.queueWait.WithLabelValues(rpc).Observe(res.Wait.Seconds())
-		if ctx.Err() == context.DeadlineExceeded {
-			return s.count(reasonQueueExpired, priority, status.FromContextError(ctx.Err()).Err())
+		// A gRPC client resets the stream when its deadline passes, and the
+		// reset can arrive before the server's copy of the deadline fires
+		// (the copy is later by the request's transit time): a cancel within
+		// one hop's margin of the deadline is that deadline passing.
+		if remaining, ok := deadline.Remaining(ctx); errors.Is(ctx.Err(), context.DeadlineExceeded) ||
+			ok && remaining <= s.cfg.Deadline.Margin {
+			return s.count(reasonQueueExpired, priority, status.FromContextError(context.DeadlineExceeded).Err())
 		}
 		return s.count(reasonCancel, priority, errCancelledQueue)
 	default:

@@ -1,0 +1,112 @@
+// Command budgetd serves Levee's fleet-wide retry budget
+// (levee.budget.v1.BudgetService). Replicas elect a leader through etcd;
+// with no -etcd endpoints, budgetd runs an embedded single-node etcd under
+// -data-dir. Every flag can also be set through the environment: -etcd is
+// LEVEE_ETCD. See docs/budgetd.md.
+//
+//	budgetd [flags]                                  serve
+//	budgetd status [-addr host:port] [-key k] [-json] describe the budgets
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/leveehq/levee/internal/flagenv"
+	"github.com/leveehq/levee/pkg/budgetd"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "budgetd:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "status" {
+		return runStatus(ctx, args[1:], stdout, stderr)
+	}
+	return serve(ctx, args, stderr)
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg := budgetd.DefaultConfig()
+	fs := flag.NewFlagSet("budgetd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.ListenAddr, "listen", cfg.ListenAddr, "gRPC listen address")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-listen", cfg.MetricsAddr, "HTTP address for the status page (/) and /metrics (empty: none)")
+	fs.StringVar(&cfg.AdvertiseAddr, "advertise", "", "address the other replicas reach this one at (default: the listen address)")
+	etcd := fs.String("etcd", "", "comma-separated etcd endpoints (empty: run an embedded single-node etcd)")
+	fs.StringVar(&cfg.EmbeddedEtcd.DataDir, "data-dir", cfg.EmbeddedEtcd.DataDir, "embedded etcd: data directory")
+	fs.StringVar(&cfg.EmbeddedEtcd.ClientURL, "etcd-client-url", cfg.EmbeddedEtcd.ClientURL, "embedded etcd: client URL")
+	fs.StringVar(&cfg.EmbeddedEtcd.PeerURL, "etcd-peer-url", cfg.EmbeddedEtcd.PeerURL, "embedded etcd: peer URL")
+	fs.StringVar(&cfg.EmbeddedEtcd.Name, "etcd-name", cfg.EmbeddedEtcd.Name, "embedded etcd: member name")
+	fs.StringVar(&cfg.Prefix, "prefix", cfg.Prefix, "etcd key prefix (election, config)")
+	fs.DurationVar(&cfg.RefreshInterval, "refresh-interval", cfg.RefreshInterval, "how often clients report (jittered)")
+	fs.DurationVar(&cfg.LeaseValidity, "lease-validity", cfg.LeaseValidity, "how long granted tokens stay valid")
+	fs.DurationVar(&cfg.ForgetAfter, "forget-after", cfg.ForgetAfter, "forget clients silent for this long")
+	fs.DurationVar(&cfg.ElectionTTL, "election-ttl", cfg.ElectionTTL, "etcd session TTL (whole seconds, at least 2s)")
+	fs.Float64Var(&cfg.Defaults.Ratio, "default-ratio", cfg.Defaults.Ratio, "default retries per first attempt (etcd <prefix>config/_default wins)")
+	fs.Float64Var(&cfg.Defaults.Burst, "default-burst", cfg.Defaults.Burst, "default most tokens saved up")
+	fs.Float64Var(&cfg.Defaults.MinPerSecond, "default-min-per-second", cfg.Defaults.MinPerSecond, "default tokens per second whatever the traffic")
+	fs.IntVar(&cfg.MaxKeys, "max-keys", cfg.MaxKeys, "most budget keys the leader accounts for")
+	etcdLog := fs.String("etcd-log-level", "error", "least severe etcd log shown: debug, info, warn, error")
+	logJSON := fs.Bool("log-json", false, "log JSON instead of text")
+	if err := flagenv.Parse(fs, args, nil); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (subcommands: status)", fs.Arg(0))
+	}
+	for _, ep := range strings.Split(*etcd, ",") {
+		if ep = strings.TrimSpace(ep); ep != "" {
+			cfg.EtcdEndpoints = append(cfg.EtcdEndpoints, ep)
+		}
+	}
+	if err := cfg.EtcdLogLevel.UnmarshalText([]byte(*etcdLog)); err != nil {
+		return fmt.Errorf("-etcd-log-level: %w", err)
+	}
+	var handler slog.Handler = slog.NewTextHandler(stderr, nil)
+	if *logJSON {
+		handler = slog.NewJSONHandler(stderr, nil)
+	}
+	cfg.Logger = slog.New(handler)
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	return budgetd.Run(ctx, cfg)
+}
+
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("budgetd status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", budgetd.DefaultConfig().ListenAddr, "address of any budgetd replica")
+	key := fs.String("key", "", "budget key to describe (default: all)")
+	asJSON := fs.Bool("json", false, "print JSON instead of tables")
+	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("status: unexpected argument %q", fs.Arg(0))
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	return budgetd.PrintStatus(ctx, stdout, *addr, *key, *asJSON)
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestStatusSubcommand: `budgetd status -addr A -key K` prints the
+// leader's table for K.
+func TestStatusSubcommand(t *testing.T) {
+	r := budgetdtest.StartReplica(t, nil, nil)
+	budgetdtest.WaitLeader(t, 15*time.Second, r)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := r.Client().Lease(ctx, &budgetv1.LeaseRequest{ClientId: "gw-1", Reports: []*budgetv1.KeyReport{
+		{Key: "verify", FirstAttempts: 10, TokensWanted: 1}, {Key: "other", FirstAttempts: 10}}}); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if err := run(ctx, []string{"status", "-addr", r.Addr(), "-key", "verify"}, &out, &errOut); err != nil {
+		t.Fatalf("budgetd status: %v\n%s", err, errOut.String())
+	}
+	for _, want := range []string{"leader:  " + r.Addr(), "verify", "gw-1"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "other") {
+		t.Errorf("-key verify printed another key:\n%s", out.String())
+	}
+}
+
+func TestBadArguments(t *testing.T) {
+	ctx := context.Background()
+	for _, args := range [][]string{
+		{"-election-ttl", "1s"},
+		{"-refresh-interval", "0s"},
+		{"-default-ratio", "-1"},
+		{"-etcd-log-level", "loud"},
+		{"-no-such-flag"},
+		{"serve-please"},
+		{"status", "-addr"},
+		{"status", "extra"},
+	} {
+		if err := run(ctx, args, io.Discard, io.Discard); err == nil {
+			t.Errorf("budgetd %s: no error", strings.Join(args, " "))
+		}
+	}
+}

@@ -1,0 +1,219 @@
+package budgetd
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures one budgetd replica. Start from DefaultConfig.
+type Config struct {
+	// ListenAddr is the gRPC address (Run only).
+	ListenAddr string
+	// MetricsAddr is the HTTP address serving the status page at / and
+	// /metrics (Run only); empty disables the HTTP listener.
+	MetricsAddr string
+	// AdvertiseAddr is the address the other replicas forward to when this
+	// one leads; empty means the actual gRPC listen address, which is only
+	// right when that is reachable from the other replicas (not 0.0.0.0).
+	AdvertiseAddr string
+
+	// EtcdEndpoints are the etcd client URLs; empty starts an embedded
+	// single-node etcd described by EmbeddedEtcd.
+	EtcdEndpoints []string
+	// EmbeddedEtcd configures the embedded etcd (used only without
+	// EtcdEndpoints).
+	EmbeddedEtcd EmbeddedEtcdConfig
+	// EtcdDialTimeout bounds each attempt to connect to etcd.
+	EtcdDialTimeout time.Duration
+
+	// Prefix starts every etcd key budgetd reads or writes: the election
+	// under <Prefix>election/, settings under <Prefix>config/<key>.
+	Prefix string
+
+	// RefreshInterval is how often clients are told to report; each answer
+	// carries it jittered by ±RefreshJitter, so that clients spread out.
+	RefreshInterval time.Duration
+	// RefreshJitter is the relative jitter of RefreshInterval, in [0, 0.5].
+	RefreshJitter float64
+	// LeaseValidity is how long granted tokens stay valid; longer than
+	// RefreshInterval, so that a client holds tokens across one late
+	// report. It also sizes each Ledger's cap (one lease period of earnings).
+	LeaseValidity time.Duration
+	// ForgetAfter drops a client that has not reported for this long from
+	// the accounting (its share returns to the fleet).
+	ForgetAfter time.Duration
+	// ElectionTTL is the TTL of the replica's etcd session, in whole
+	// seconds (rounded up). The session is renewed every TTL/3, so one
+	// missed renewal does not cost leadership; a leader that cannot renew
+	// stops granting TTL−margin after its last renewal and steps down when
+	// the session expires, and a crashed leader is replaced after about TTL.
+	ElectionTTL time.Duration
+
+	// Defaults are the settings of keys without their own configuration in
+	// etcd, unless <Prefix>config/_default holds valid settings.
+	Defaults Settings
+	// MaxKeys bounds the budget keys the leader accounts for at once:
+	// clients choose keys, so without a bound they could grow memory.
+	MaxKeys int
+
+	// Now is the clock of the accounting; nil means time.Now. Leadership
+	// timing always uses the real clock, as etcd does.
+	Now func() time.Time
+	// Logger receives operational logs; nil means slog.Default(). etcd's
+	// own logs go there too, at EtcdLogLevel and above.
+	Logger *slog.Logger
+	// EtcdLogLevel is the least severe etcd log (client and embedded server)
+	// passed to Logger; etcd is chatty below warn.
+	EtcdLogLevel slog.Level
+	// Registry receives budgetd's metrics; nil means a new private
+	// registry. Never the global default registry (an embedded etcd
+	// registers its own collectors there).
+	Registry *prometheus.Registry
+}
+
+// EmbeddedEtcdConfig describes the single-node etcd budgetd starts when no
+// endpoints are configured.
+type EmbeddedEtcdConfig struct {
+	// DataDir holds etcd's data; it survives restarts.
+	DataDir string
+	// ClientURL is where etcd serves clients, e.g. http://127.0.0.1:2379.
+	ClientURL string
+	// PeerURL is etcd's raft peer URL, e.g. http://127.0.0.1:2380.
+	PeerURL string
+	// Name is the etcd member name.
+	Name string
+}
+
+// DefaultConfig returns the production defaults.
+func DefaultConfig() Config {
+	return Config{
+		ListenAddr:  "127.0.0.1:7702",
+		MetricsAddr: "127.0.0.1:9702",
+		EmbeddedEtcd: EmbeddedEtcdConfig{
+			DataDir:   "budgetd.etcd",
+			ClientURL: "http://127.0.0.1:2379",
+			PeerURL:   "http://127.0.0.1:2380",
+			Name:      "budgetd",
+		},
+		EtcdDialTimeout: 5 * time.Second,
+		Prefix:          "/levee/budget/",
+		RefreshInterval: time.Second,
+		RefreshJitter:   0.15,
+		LeaseValidity:   3 * time.Second,
+		ForgetAfter:     10 * time.Second,
+		ElectionTTL:     5 * time.Second,
+		Defaults:        DefaultSettings(),
+		MaxKeys:         4096,
+		EtcdLogLevel:    slog.LevelError,
+	}
+}
+
+// Validate reports every invalid field.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	for i, ep := range c.EtcdEndpoints {
+		if strings.TrimSpace(ep) == "" {
+			add("EtcdEndpoints[%d] is empty", i)
+		}
+	}
+	if len(c.EtcdEndpoints) == 0 {
+		if err := c.EmbeddedEtcd.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("EmbeddedEtcd: %w", err))
+		}
+	}
+	if c.EtcdDialTimeout <= 0 {
+		add("EtcdDialTimeout must be positive, got %v", c.EtcdDialTimeout)
+	}
+	if c.Prefix == "" || !strings.HasSuffix(c.Prefix, "/") {
+		add("Prefix must be non-empty and end with \"/\", got %q", c.Prefix)
+	}
+	if c.RefreshInterval <= 0 {
+		add("RefreshInterval must be positive, got %v", c.RefreshInterval)
+	}
+	if math.IsNaN(c.RefreshJitter) || c.RefreshJitter < 0 || c.RefreshJitter > 0.5 {
+		add("RefreshJitter must be in [0, 0.5], got %g", c.RefreshJitter)
+	}
+	if maxRefresh := time.Duration(float64(c.RefreshInterval) * (1 + c.RefreshJitter)); c.LeaseValidity <= maxRefresh {
+		add("LeaseValidity must exceed the longest jittered RefreshInterval (%v), got %v", maxRefresh, c.LeaseValidity)
+	}
+	if c.ForgetAfter < c.LeaseValidity {
+		add("ForgetAfter must be at least LeaseValidity (%v), got %v", c.LeaseValidity, c.ForgetAfter)
+	}
+	if c.ElectionTTL < 2*time.Second {
+		add("ElectionTTL must be at least 2s (etcd's shortest lease), got %v", c.ElectionTTL)
+	}
+	if err := c.Defaults.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("Defaults: %w", err))
+	}
+	if c.MaxKeys < 1 {
+		add("MaxKeys must be at least 1, got %d", c.MaxKeys)
+	}
+	if c.AdvertiseAddr != "" {
+		if err := checkHostPort(c.AdvertiseAddr); err != nil {
+			add("AdvertiseAddr: %v", err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("budgetd config: %w", err)
+	}
+	return nil
+}
+
+func (e EmbeddedEtcdConfig) validate() error {
+	var errs []error
+	if e.DataDir == "" {
+		errs = append(errs, errors.New("DataDir must be set"))
+	}
+	if e.Name == "" {
+		errs = append(errs, errors.New("Name must be set"))
+	}
+	for _, u := range []struct{ name, v string }{{"ClientURL", e.ClientURL}, {"PeerURL", e.PeerURL}} {
+		if _, err := parseEtcdURL(u.v); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", u.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// parseEtcdURL accepts http://host:port (or a bare host:port, read as
+// http).
+func parseEtcdURL(s string) (*url.URL, error) {
+	if s == "" {
+		return nil, errors.New("must be set")
+	}
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme != "http" {
+		return nil, fmt.Errorf("scheme must be http (the embedded etcd is for a local fleet), got %q", u.Scheme)
+	}
+	if err := checkHostPort(u.Host); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+func checkHostPort(s string) error {
+	i := strings.LastIndexByte(s, ':')
+	if i <= 0 || i == len(s)-1 {
+		return fmt.Errorf("want host:port, got %q", s)
+	}
+	return nil
+}
+
+// electionTTLSeconds is the session TTL as etcd takes it.
+func (c Config) electionTTLSeconds() int64 {
+	return int64((c.ElectionTTL + time.Second - 1) / time.Second)
+}

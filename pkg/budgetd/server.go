@@ -1,0 +1,475 @@
+package budgetd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+)
+
+var _ budgetv1.BudgetServiceServer = (*Server)(nil)
+
+// maxRecvMsgSize bounds a request: 64 reports of 128-byte keys fit in
+// about 12 KiB.
+const maxRecvMsgSize = 64 << 10
+
+// shutdownGrace bounds each step of a shutdown that waits on someone else:
+// resigning in etcd, finishing in-flight calls.
+const shutdownGrace = 2 * time.Second
+
+// The etcd client pings its connection this often (and gives up on it after
+// the timeout), so that watches on a connection that died silently are
+// re-established; etcd refuses pings more frequent than every 5 s.
+const (
+	etcdKeepAliveTime    = 10 * time.Second
+	etcdKeepAliveTimeout = 5 * time.Second
+)
+
+// Sentinel errors of the accounting; the handlers map them to statuses.
+var (
+	errNotLeader   = errors.New("not the leader")
+	errTooManyKeys = errors.New("too many budget keys")
+)
+
+// Refusals are built once: the refusal path formats nothing.
+var (
+	errNoLeader       = status.Error(codes.Unavailable, "budgetd: no leader known; use the local fallback budget")
+	errForwardedTwice = status.Error(codes.Unavailable, "budgetd: this replica is not the leader (forwarded call); use the local fallback budget")
+	errNotGranting    = status.Error(codes.Unavailable, "budgetd: the leader cannot confirm its etcd session; use the local fallback budget")
+)
+
+// Server is one budgetd replica. Create it with New; serve it with Serve or
+// Run.
+type Server struct {
+	budgetv1.UnimplementedBudgetServiceServer
+
+	cfg     Config
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	now     func() time.Time
+	metrics *metrics
+	health  *health.Server
+	grpc    *grpc.Server
+	fwd     *forwarder
+	served  atomic.Bool
+	// sessions counts the etcd sessions this replica has had.
+	sessions atomic.Int64
+
+	mu   sync.Mutex
+	self string // the advertised address, set by Serve
+	// leading is true from winning the election until the session ends or
+	// the replica resigns; grants also stop after grantUntil (the real
+	// clock), unless etcd renewed the session since.
+	leading    bool
+	grantUntil time.Time
+	sessionUp  bool
+	leaderAddr string // as observed in etcd; "" when unknown
+	ledgers    map[string]*Ledger
+	settings   settingsTable
+}
+
+// New builds a replica; nothing runs until Serve.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		reg:      cfg.Registry,
+		now:      cfg.Now,
+		health:   health.NewServer(),
+		settings: newSettingsTable(cfg.Prefix+"config/", cfg.Defaults),
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.reg == nil {
+		s.reg = prometheus.NewRegistry()
+		s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	s.metrics = newMetrics(s.reg)
+	s.fwd = newForwarder(cfg.LeaseValidity)
+	s.publishSettingsLocked()
+
+	grpcMetrics := grpcprom.NewServerMetrics()
+	s.reg.MustRegister(grpcMetrics)
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(maxRecvMsgSize),
+		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor()),
+	)
+	budgetv1.RegisterBudgetServiceServer(s.grpc, s)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+	grpcMetrics.InitializeMetrics(s.grpc)
+	s.setHealth(false)
+	return s, nil
+}
+
+// Registry returns the registry holding the replica's metrics.
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+// IsLeader says whether this replica leads and grants leases now.
+func (s *Server) IsLeader() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.grantingLocked(time.Now())
+}
+
+// Addr returns the address this replica advertises (empty before Serve).
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.self
+}
+
+func (s *Server) grantingLocked(realNow time.Time) bool {
+	return s.leading && realNow.Before(s.grantUntil)
+}
+
+// Run listens on cfg.ListenAddr (and cfg.MetricsAddr) and serves until ctx
+// ends. It is what cmd/budgetd calls.
+func Run(ctx context.Context, cfg Config) error {
+	s, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	if cfg.ListenAddr == "" {
+		return errors.New("budgetd: ListenAddr must be set")
+	}
+	lis, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("budgetd: listen: %w", err)
+	}
+	var mlis net.Listener
+	if cfg.MetricsAddr != "" {
+		if mlis, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+			lis.Close()
+			return fmt.Errorf("budgetd: metrics listen: %w", err)
+		}
+	}
+	return s.Serve(ctx, lis, mlis)
+}
+
+// Serve runs the replica: it starts the embedded etcd if no endpoints are
+// configured, campaigns for leadership, watches the configuration, serves
+// gRPC on lis and the status page and /metrics on mlis (nil for none)
+// until ctx ends. Then it resigns (so that another replica takes over at
+// once), stops gRPC, closes its etcd session and client and stops the
+// embedded etcd. Serve returns after every goroutine it started has ended;
+// it closes the listeners. A Server serves once.
+func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) (err error) {
+	closeListeners := func() {
+		lis.Close()
+		if mlis != nil {
+			mlis.Close()
+		}
+	}
+	if !s.served.CompareAndSwap(false, true) {
+		closeListeners()
+		return errors.New("budgetd: Serve called twice")
+	}
+	defer s.grpc.Stop()
+	self := s.cfg.AdvertiseAddr
+	if self == "" {
+		self = lis.Addr().String()
+	}
+	s.mu.Lock()
+	s.self = self
+	s.mu.Unlock()
+
+	endpoints := s.cfg.EtcdEndpoints
+	where := "external"
+	if len(endpoints) == 0 {
+		emb, err := StartEmbeddedEtcd(s.cfg.EmbeddedEtcd, s.log, s.cfg.EtcdLogLevel)
+		if err != nil {
+			closeListeners()
+			return fmt.Errorf("budgetd: %w", err)
+		}
+		defer emb.Close()
+		endpoints, where = emb.Endpoints(), "embedded"
+	}
+	// Cancelling the client's context ends every call on it, including the
+	// ones etcd's concurrency package makes on that context.
+	etcdCtx, abandonEtcd := context.WithCancel(context.Background())
+	defer abandonEtcd()
+	cli, err := clientv3.New(clientv3.Config{
+		Context:              etcdCtx,
+		Endpoints:            endpoints,
+		DialTimeout:          s.cfg.EtcdDialTimeout,
+		DialKeepAliveTime:    etcdKeepAliveTime,
+		DialKeepAliveTimeout: etcdKeepAliveTimeout,
+		Logger:               newZapLogger(s.log, s.cfg.EtcdLogLevel, "etcd-client", nil),
+	})
+	if err != nil {
+		closeListeners()
+		return fmt.Errorf("budgetd: etcd client: %w", err)
+	}
+	defer cli.Close()
+	defer s.fwd.close()
+
+	g, gctx := errgroup.WithContext(ctx)
+	// The etcd work ends before gRPC stops, so that the replica resigns
+	// while it can still answer (forwarding to its successor).
+	var etcdWork sync.WaitGroup
+	etcdWork.Go(func() { s.runElection(gctx, cli) })
+	etcdWork.Go(func() { s.observeLeader(gctx, cli) })
+	etcdWork.Go(func() { s.watchConfig(gctx, cli) })
+	etcdWork.Go(func() { s.forgetLoop(gctx) })
+
+	g.Go(func() error {
+		if err := s.grpc.Serve(lis); err != nil {
+			return fmt.Errorf("budgetd: serve: %w", err)
+		}
+		return nil
+	})
+	var hs *http.Server
+	if mlis != nil {
+		hs = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+		g.Go(func() error {
+			if err := hs.Serve(mlis); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("budgetd: http: %w", err)
+			}
+			return nil
+		})
+	}
+	s.log.Info("budgetd serving", "addr", lis.Addr().String(), "advertise", self, "etcd", where, "endpoints", endpoints)
+	g.Go(func() error {
+		<-gctx.Done()
+		s.health.Shutdown()
+		s.awaitEtcdWork(&etcdWork, abandonEtcd)
+		stopped := make(chan struct{})
+		go func() {
+			s.grpc.GracefulStop()
+			close(stopped)
+		}()
+		timer := time.NewTimer(shutdownGrace)
+		defer timer.Stop()
+		select {
+		case <-stopped:
+		case <-timer.C:
+			s.grpc.Stop()
+			<-stopped
+		}
+		if hs != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+			defer cancel()
+			_ = hs.Shutdown(sctx)
+		}
+		return nil
+	})
+	err = g.Wait()
+	s.log.Info("budgetd stopped", "advertise", self)
+	return err
+}
+
+// awaitEtcdWork waits for the election, observer, watcher and forget
+// goroutines. Resigning takes a round trip to etcd, which is worth a grace
+// while this replica has a session; without one there is nothing to
+// resign, and a campaign interrupted by the loss of etcd would wait for
+// etcd (the concurrency package resigns on the client's context), so the
+// client is abandoned at once.
+func (s *Server) awaitEtcdWork(wg *sync.WaitGroup, abandon func()) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	s.mu.Lock()
+	up := s.sessionUp
+	s.mu.Unlock()
+	if !up {
+		abandon()
+		<-done
+		return
+	}
+	timer := time.NewTimer(shutdownGrace)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		s.log.Warn("etcd did not answer while stopping; abandoning the session")
+		abandon()
+		<-done
+	}
+}
+
+// setHealth publishes whether this replica can answer.
+func (s *Server) setHealth(serving bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(budgetv1.BudgetService_ServiceDesc.ServiceName, st)
+}
+
+// updateHealthLocked: a leader serves; so does a follower with a session
+// that knows a leader to forward to.
+func (s *Server) updateHealthLocked() {
+	s.setHealth(s.leading || s.sessionUp && s.leaderAddr != "" && s.leaderAddr != s.self)
+}
+
+// knownLeader returns the leader to forward to, or "" if none is known.
+// Without an etcd session of its own a replica cannot tell whether the
+// leader it saw last still leads (when etcd is gone, it does not), so it
+// knows none and refuses at once.
+func (s *Server) knownLeader() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.sessionUp || s.leaderAddr == s.self {
+		return ""
+	}
+	return s.leaderAddr
+}
+
+// Lease implements BudgetService.Lease.
+func (s *Server) Lease(ctx context.Context, req *budgetv1.LeaseRequest) (*budgetv1.LeaseResponse, error) {
+	if err := validateLease(req); err != nil {
+		s.metrics.leases.WithLabelValues(outcomeInvalid).Inc()
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	resp, err := s.grant(req)
+	switch {
+	case err == nil:
+		s.metrics.leases.WithLabelValues(outcomeLocal).Inc()
+		return resp, nil
+	case errors.Is(err, errTooManyKeys):
+		s.metrics.leases.WithLabelValues(outcomeExhausted).Inc()
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"budgetd: at most %d budget keys at once; use the local fallback budget for new keys", s.cfg.MaxKeys)
+	case errors.Is(err, errNotGranting):
+		s.metrics.leases.WithLabelValues(outcomeUnavailable).Inc()
+		return nil, err
+	}
+	if isForwarded(ctx) {
+		s.metrics.leases.WithLabelValues(outcomeUnavailable).Inc()
+		return nil, errForwardedTwice
+	}
+	leader := s.knownLeader()
+	if leader == "" {
+		s.metrics.leases.WithLabelValues(outcomeUnavailable).Inc()
+		return nil, errNoLeader
+	}
+	resp, err = s.fwd.lease(ctx, leader, req)
+	if err != nil {
+		s.metrics.forwarded.WithLabelValues("lease", "error").Inc()
+		s.metrics.leases.WithLabelValues(outcomeUnavailable).Inc()
+		return nil, err
+	}
+	s.metrics.forwarded.WithLabelValues("lease", "ok").Inc()
+	s.metrics.leases.WithLabelValues(outcomeForwarded).Inc()
+	return resp, nil
+}
+
+// grant accounts for req as the leader.
+func (s *Server) grant(req *budgetv1.LeaseRequest) (*budgetv1.LeaseResponse, error) {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.leading {
+		return nil, errNotLeader
+	}
+	if !s.grantingLocked(time.Now()) {
+		return nil, errNotGranting
+	}
+	reports := req.GetReports()
+	added := 0
+	for _, r := range reports {
+		if s.ledgers[r.GetKey()] == nil {
+			added++
+		}
+	}
+	if added > 0 && len(s.ledgers)+added > s.cfg.MaxKeys {
+		return nil, errTooManyKeys
+	}
+	validFor := durationpb.New(s.cfg.LeaseValidity)
+	leases := make([]*budgetv1.KeyLease, len(reports))
+	for i, r := range reports {
+		key := r.GetKey()
+		l := s.ledgers[key]
+		if l == nil {
+			l = NewLedger(s.settings.forKey(key), s.cfg.LeaseValidity, now)
+			s.ledgers[key] = l
+		}
+		n := l.Report(req.GetClientId(), r.GetFirstAttempts(), r.GetRetries(), r.GetTokensWanted(), now)
+		leases[i] = &budgetv1.KeyLease{Key: key, Tokens: n, ValidFor: validFor, Settings: l.Settings().proto()}
+
+		label := otherKey
+		if s.settings.configured(key) {
+			label = key
+		}
+		s.metrics.granted.WithLabelValues(label).Add(float64(n))
+		s.metrics.denied.WithLabelValues(label).Add(float64(r.GetTokensWanted() - n))
+		s.metrics.firstAttempts.WithLabelValues(label).Add(float64(r.GetFirstAttempts()))
+		s.metrics.retries.WithLabelValues(label).Add(float64(r.GetRetries()))
+	}
+	return &budgetv1.LeaseResponse{
+		Leases:       leases,
+		RefreshAfter: durationpb.New(s.refreshAfter()),
+		Leader:       s.self,
+	}, nil
+}
+
+// refreshAfter is RefreshInterval jittered by ±RefreshJitter, so that
+// clients that started together do not report together.
+func (s *Server) refreshAfter() time.Duration {
+	j := s.cfg.RefreshJitter * (2*rand.Float64() - 1)
+	return time.Duration(float64(s.cfg.RefreshInterval) * (1 + j))
+}
+
+// forgetLoop drops clients idle for ForgetAfter, and budget keys nobody
+// uses that have no configuration of their own.
+func (s *Server) forgetLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.LeaseValidity)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.forget(s.now())
+	}
+}
+
+func (s *Server) forget(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clients := 0
+	for key, l := range s.ledgers {
+		l.Forget(now, s.cfg.ForgetAfter)
+		n := len(l.Status(now).Clients)
+		if n == 0 && !s.settings.configured(key) {
+			delete(s.ledgers, key)
+		}
+		clients += n
+	}
+	s.metrics.keys.Set(float64(len(s.ledgers)))
+	s.metrics.clients.Set(float64(clients))
+}

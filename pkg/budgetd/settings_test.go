@@ -1,0 +1,147 @@
+package budgetd
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseSettings(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    Settings
+		wantErr string
+	}{
+		{in: `{"ratio":0.1,"burst":100,"min_per_second":1}`, want: Settings{Ratio: 0.1, Burst: 100, MinPerSecond: 1}},
+		{in: ` {"min_per_second":0, "burst":0, "ratio":0} `, want: Settings{}},
+		{in: ``, wantErr: "invalid JSON: truncated or empty"},
+		{in: `{"ratio":0.1,`, wantErr: "invalid JSON"},
+		{in: `{"ratio":"0.1","burst":1,"min_per_second":1}`, wantErr: `ratio must be a number, got "0.1"`},
+		{in: `{"ratio":null,"burst":1,"min_per_second":1}`, wantErr: "ratio must be a number, got null"},
+		{in: `[0.1]`, wantErr: "want an object, got array"},
+		{in: `{"ratio":0.1,"burst":1,"min_per_second":1} {}`, wantErr: "data after the object"},
+		{in: `{"ratio":0.1}`, wantErr: "missing field(s) burst, min_per_second"},
+		{in: `{"ratio":0.1,"burst":1,"min_per_second":1,"Ratio":2}`, wantErr: `unknown field(s) "Ratio"`}, // names are exact
+		{in: `{"ratio":0.1,"burst":1,"min_per_second":1,"minPerSecond":1}`, wantErr: `unknown field(s) "minPerSecond"`},
+		{in: `{"ratio":-1,"burst":1,"min_per_second":1}`, wantErr: "ratio must be in [0, 10], got -1"},
+		{in: `{"ratio":11,"burst":-1,"min_per_second":1e7}`, wantErr: "burst must be in"},
+		{in: `{"ratio":1e999,"burst":1,"min_per_second":1}`, wantErr: "invalid JSON"},
+	} {
+		got, err := ParseSettings([]byte(tc.in))
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("ParseSettings(%s) = %v, %v; want an error containing %q", tc.in, got, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("ParseSettings(%s) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+// FuzzParseSettings: whatever etcd holds, parsing neither panics nor
+// accepts settings that Validate rejects.
+func FuzzParseSettings(f *testing.F) {
+	for _, s := range []string{`{"ratio":0.1,"burst":100,"min_per_second":1}`, `{"ratio":-1}`, `[]`, `null`, `{"ratio":1e308,"burst":0,"min_per_second":0}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := ParseSettings(data)
+		if err == nil {
+			if verr := s.Validate(); verr != nil {
+				t.Fatalf("ParseSettings(%q) accepted %v: %v", data, s, verr)
+			}
+		}
+	})
+}
+
+func TestSettingsTable(t *testing.T) {
+	tab := newSettingsTable("/p/config/", DefaultSettings())
+	good := Settings{Ratio: 0.5, Burst: 10, MinPerSecond: 0}
+	if err, _ := tab.put("verify", []byte(`{"ratio":0.5,"burst":10,"min_per_second":0}`), 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := tab.forKey("verify"); got != good {
+		t.Errorf("verify: %v, want %v", got, good)
+	}
+	if got := tab.forKey("other"); got != DefaultSettings() {
+		t.Errorf("other: %v, want the built-in default", got)
+	}
+
+	err, news := tab.put("verify", []byte(`{"ratio":-1,"burst":10,"min_per_second":0}`), 3)
+	if err == nil || !news {
+		t.Fatalf("bad value: %v, news %v", err, news)
+	}
+	if _, news := tab.put("verify", []byte(`{"ratio":-1,"burst":10,"min_per_second":0}`), 3); news {
+		t.Errorf("the same rejected revision read again counts as news")
+	}
+	if got := tab.forKey("verify"); got != good {
+		t.Errorf("after a bad value: %v, want the last good %v", got, good)
+	}
+	want := []string{"/p/config/verify: ratio must be in [0, 10], got -1; keeping the last good settings (ratio 0.5, burst 10, min_per_second 0)"}
+	if diff := cmp.Diff(want, tab.errors()); diff != "" {
+		t.Errorf("errors (-want +got):\n%s", diff)
+	}
+
+	if err, _ := tab.put(DefaultConfigKey, []byte(`{"ratio":0.3,"burst":5,"min_per_second":2}`), 4); err != nil {
+		t.Fatal(err)
+	}
+	if got := tab.forKey("other"); got.Ratio != 0.3 {
+		t.Errorf("other after _default: %v", got)
+	}
+	tab.del("verify")
+	if got := tab.forKey("verify"); got.Ratio != 0.3 || len(tab.errors()) != 0 {
+		t.Errorf("after delete: %v, errors %v; want the etcd default and no errors", got, tab.errors())
+	}
+	if err, _ := tab.put("no spaces", []byte(`{"ratio":0.3,"burst":5,"min_per_second":2}`), 5); err == nil || !strings.Contains(err.Error(), "not a budget key") {
+		t.Errorf("bad name: %v", err)
+	}
+	if tab.configured("no spaces") {
+		t.Errorf("a bad name was configured")
+	}
+	tab.del(DefaultConfigKey)
+	if got := tab.forKey("other"); got != DefaultSettings() {
+		t.Errorf("after deleting _default: %v, want the built-in default", got)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("DefaultConfig: %v", err)
+	}
+	c := DefaultConfig()
+	c.Prefix = "/no/slash"
+	c.RefreshInterval = 3 * DefaultConfig().LeaseValidity
+	c.ElectionTTL = 1
+	c.MaxKeys = 0
+	c.Defaults.Ratio = -1
+	c.EmbeddedEtcd.ClientURL = "https://127.0.0.1:2379"
+	c.AdvertiseAddr = "nohost"
+	err := c.Validate()
+	for _, field := range []string{"Prefix", "LeaseValidity", "ElectionTTL", "MaxKeys", "Defaults: ratio", "EmbeddedEtcd: ClientURL", "AdvertiseAddr"} {
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("Validate() = %v; want it to name %s", err, field)
+		}
+	}
+	c = DefaultConfig()
+	c.EtcdEndpoints = []string{"http://etcd:2379"}
+	c.EmbeddedEtcd = EmbeddedEtcdConfig{} // unused with endpoints
+	if err := c.Validate(); err != nil {
+		t.Errorf("external etcd: %v", err)
+	}
+}
+
+func TestValidateName(t *testing.T) {
+	for _, ok := range []string{"verify", "verify/tenant-a", "gateway-7f3c/4121", "a.b_c:d", strings.Repeat("x", 128)} {
+		if err := ValidateName(ok); err != nil {
+			t.Errorf("ValidateName(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", " ", "a b", "é", "a\x00", strings.Repeat("x", 129), "a*"} {
+		if err := ValidateName(bad); err == nil {
+			t.Errorf("ValidateName(%q) accepted", bad)
+		}
+	}
+}

@@ -137,18 +137,25 @@ func (l *Ledger) earn(now time.Time, first uint64) {
 }
 
 // settle brings c's account up to the index, overflowing into the pool.
+//
+// An account holds at most the client's current share of the cap, and the
+// accounts together at most the cap: shares move (traffic shifts from one
+// client to another, the cap falls with the traffic or the settings), and
+// an account filled under an old share must not add to others filled under
+// the new ones, or the tokens held could exceed the cap and a burst of
+// grants the bound.
 func (l *Ledger) settle(c *clientState) {
-	earned := (l.index - c.index) * c.weight()
+	earned := max((l.index-c.index)*c.weight(), 0)
 	c.index = l.index
-	if earned <= 0 {
-		return
-	}
 	limit := l.capacity()
 	own := limit * c.weight() / l.weight
-	keep := max(min(earned, own-c.account), 0)
+	excess := max(c.account-own, 0)
+	c.account -= excess
+	l.accounts = max(l.accounts-excess, 0)
+	keep := max(min(earned, own-c.account, limit-l.accounts), 0)
 	c.account += keep
 	l.accounts += keep
-	l.pool = min(l.pool+earned-keep, max(limit-l.accounts, 0))
+	l.pool = min(l.pool+earned+excess-keep, max(limit-l.accounts, 0))
 }
 
 // Report records one client's counts since its previous report and returns

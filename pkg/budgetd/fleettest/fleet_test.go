@@ -215,8 +215,9 @@ func (f *fleet) refreshErrors() float64 {
 	return n
 }
 
-// logRefreshErrors logs the distinct latest refresh errors of the clients
-// (a failed refresh moves a client to fallback).
+// logRefreshErrors logs the clients' latest refresh errors, counted by
+// message (a failed refresh moves a client to fallback; a client keeps its
+// latest error after it recovers, so these include the start-up's).
 func (f *fleet) logRefreshErrors(t *testing.T) {
 	t.Helper()
 	seen := map[string]int{}
@@ -226,7 +227,7 @@ func (f *fleet) logRefreshErrors(t *testing.T) {
 		}
 	}
 	for msg, n := range seen {
-		t.Logf("latest refresh error of %d clients: %s", n, msg)
+		t.Logf("latest refresh error (kept after recovery) of %d clients: %s", n, msg)
 	}
 }
 

@@ -62,7 +62,8 @@ func TestMain(m *testing.M) {
 // the whole machine spent busy (to notice other processes competing).
 type usage struct {
 	user, sys time.Duration
-	minflt    int64
+	minflt    int64 // minor page faults
+	csw       int64 // context switches, voluntary and not
 	host      time.Duration
 }
 
@@ -75,12 +76,19 @@ func rusage() usage {
 		user:   time.Duration(ru.Utime.Nano()),
 		sys:    time.Duration(ru.Stime.Nano()),
 		minflt: ru.Minflt,
+		csw:    ru.Nvcsw + ru.Nivcsw,
 		host:   hostBusy(),
 	}
 }
 
 func (u usage) sub(v usage) usage {
-	return usage{user: u.user - v.user, sys: u.sys - v.sys, minflt: u.minflt - v.minflt, host: u.host - v.host}
+	return usage{
+		user:   u.user - v.user,
+		sys:    u.sys - v.sys,
+		minflt: u.minflt - v.minflt,
+		csw:    u.csw - v.csw,
+		host:   u.host - v.host,
+	}
 }
 
 func (u usage) cpu() time.Duration { return u.user + u.sys }

@@ -91,7 +91,7 @@ func TestRefusedOnArrival(t *testing.T) {
 				tt.cfg(&cfg)
 			}
 			h := start(t, cfg)
-			wantHashed, queued := []string{}, 0
+			wantHashed := []string{}
 			if tt.ahead != nil {
 				release, wait := h.occupy("hold")
 				ctx, cancel := context.WithCancel(context.Background())
@@ -105,7 +105,7 @@ func TestRefusedOnArrival(t *testing.T) {
 					release()
 					wantOK(t, "hold", wait())
 				})
-				wantHashed, queued = []string{"hold"}, 1
+				wantHashed = []string{"hold"}
 			}
 
 			ctx, cancel := context.WithTimeout(as(context.Background(), "refused"), tt.timeout)
@@ -123,10 +123,13 @@ func TestRefusedOnArrival(t *testing.T) {
 				t.Errorf("trailer %s (-want +got):\n%s", PushbackTrailer, diff)
 			}
 
-			// A refusal still tells a load-aware balancer how loaded the node
-			// is.
-			if got, want := loadReport(t, trailer).GetNamedMetrics()["queue_length"], float64(queued); got != want {
-				t.Errorf("load report in the refusal's trailer: queue_length %v, want %v", got, want)
+			// The shed path builds no per-call load report and no timing
+			// trailers: a refusal must stay cheap, and the out-of-band ORCA
+			// stream already tells balancers how loaded the node is.
+			for _, key := range []string{"endpoint-load-metrics-bin", QueueWaitTrailer, ServiceTimeTrailer} {
+				if got := trailer.Get(key); len(got) != 0 {
+					t.Errorf("refusal's trailer %s = %q, want none", key, got)
+				}
 			}
 
 			if m := tt.wantMsg.FindStringSubmatch(st.Message()); len(m) == 5 {

@@ -37,6 +37,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
@@ -64,6 +65,14 @@ import (
 // PushbackTrailer is gRPC's trailer for "retry after N ms"; a negative value
 // means "do not retry".
 const PushbackTrailer = "grpc-retry-pushback-ms"
+
+// Trailers of an admitted call: how long it waited for a worker and how long
+// its hash took, in whole microseconds. A gateway's admission limiter adapts
+// to the first; the second calibrates its deadline check.
+const (
+	QueueWaitTrailer   = "levee-queue-wait-us"
+	ServiceTimeTrailer = "levee-service-us"
+)
 
 // maxRecvMsgSize bounds a request message: a stored hash and a password fit
 // in a few KiB, so nothing larger is read into memory.
@@ -358,9 +367,6 @@ func (s *Server) Hash(ctx context.Context, req *verifyv1.HashRequest) (*verifyv1
 
 // run queues fn (one hash with the cost of h) and accounts for its fate.
 func (s *Server) run(ctx context.Context, rpc string, h *verify.Hash, fn func()) error {
-	// The ORCA interceptor sends the per-call load report only for a call
-	// whose handler asked for its recorder.
-	orca.CallMetricsRecorderFromContext(ctx)
 	alg := h.Algorithm.String()
 	res, err := s.pool.Submit(ctx, s.model.estimate(h), func() {
 		s.metrics.hashes.WithLabelValues(alg).Inc()
@@ -372,6 +378,13 @@ func (s *Server) run(ctx context.Context, rpc string, h *verify.Hash, fn func())
 	if err != nil {
 		return s.notRun(ctx, rpc, h, res, err)
 	}
+	// The ORCA interceptor sends a per-call load report only for a call whose
+	// handler asked for its recorder: admitted calls only, so that the shed
+	// path builds no report (out-of-band reports still carry the load).
+	orca.CallMetricsRecorderFromContext(ctx)
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(
+		QueueWaitTrailer, strconv.FormatInt(res.Wait.Microseconds(), 10),
+		ServiceTimeTrailer, strconv.FormatInt(res.Service.Microseconds(), 10)))
 	s.metrics.queueWait.WithLabelValues(rpc).Observe(res.Wait.Seconds())
 	s.metrics.service.WithLabelValues(alg).Observe(res.Service.Seconds())
 	s.model.observe(h, res.Service)

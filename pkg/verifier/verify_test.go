@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -181,6 +182,18 @@ func TestHashAndVerify(t *testing.T) {
 		if diff := cmp.Diff(want, report, protocmp.Transform(),
 			protocmp.IgnoreFields(&v3orcapb.OrcaLoadReport{}, "application_utilization", "rps_fractional")); diff != "" {
 			t.Errorf("load report (-want +got):\n%s", diff)
+		}
+		for _, key := range []string{QueueWaitTrailer, ServiceTimeTrailer} {
+			vals := trailer.Get(key)
+			if len(vals) != 1 {
+				t.Fatalf("trailer %s = %q, want one value", key, vals)
+			}
+			if us, err := strconv.ParseInt(vals[0], 10, 64); err != nil || us < 0 {
+				t.Errorf("trailer %s = %q, want a non-negative integer of microseconds", key, vals[0])
+			}
+		}
+		if us, _ := strconv.ParseInt(trailer.Get(ServiceTimeTrailer)[0], 10, 64); us == 0 {
+			t.Errorf("service time trailer is 0 µs for a real Argon2 hash")
 		}
 	})
 

@@ -1,6 +1,7 @@
 // Command verifier serves Levee's VerifyService from a pool of Argon2
-// workers. Every flag can also be set through the environment: -workers is
-// LEVEE_WORKERS. See the README for the full reference.
+// workers; with -etcd it registers in etcd, where gateways find it. Every
+// flag can also be set through the environment: -workers is LEVEE_WORKERS.
+// See the README for the full reference.
 package main
 
 import (
@@ -10,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/leveehq/levee/internal/flagenv"
@@ -42,6 +44,10 @@ func run(args []string) error {
 	maxMem := fs.Uint("max-memory-kib", uint(cfg.Limits.MaxMemoryKiB), "refuse stored hashes asking for more memory than this (KiB)")
 	maxIter := fs.Uint("max-iterations", uint(cfg.Limits.MaxIterations), "refuse stored hashes asking for more iterations")
 	maxPar := fs.Uint("max-parallelism", uint(cfg.Limits.MaxParallelism), "refuse stored hashes asking for more lanes")
+	etcd := fs.String("etcd", "", "comma-separated etcd endpoints to register in, for gateways (empty: no registration)")
+	fs.StringVar(&cfg.AdvertiseAddr, "advertise", "", "address registered for gateways to dial (default: the listen address)")
+	fs.StringVar(&cfg.RegistryTarget, "registry-target", cfg.RegistryTarget, "etcd naming target to register under (gateways dial etcd:///<target>)")
+	fs.DurationVar(&cfg.RegistryTTL, "registry-ttl", cfg.RegistryTTL, "registration lease TTL: a verifier that dies vanishes within it (whole seconds, at least 2s)")
 	fs.BoolVar(&cfg.EnableCapacityKnob, "enable-capacity-knob", false, "allow VerifierAdminService.SetCapacity (experiments only)")
 	resident := fs.Bool("resident-heap", true, "keep Argon2 memory resident between hashes (GOGC off, soft memory limit)")
 	logJSON := fs.Bool("log-json", false, "log JSON instead of text")
@@ -50,6 +56,11 @@ func run(args []string) error {
 	}
 	if *par > 255 || *maxPar > 255 || *mem > 1<<32-1 || *iter > 1<<32-1 || *maxMem > 1<<32-1 || *maxIter > 1<<32-1 {
 		return fmt.Errorf("an Argon2 parameter is out of range")
+	}
+	for _, ep := range strings.Split(*etcd, ",") {
+		if ep = strings.TrimSpace(ep); ep != "" {
+			cfg.EtcdEndpoints = append(cfg.EtcdEndpoints, ep)
+		}
 	}
 	cfg.Policy.Params.Memory, cfg.Policy.Params.Iterations, cfg.Policy.Params.Parallelism = uint32(*mem), uint32(*iter), uint8(*par)
 	cfg.Limits.MaxMemoryKiB, cfg.Limits.MaxIterations, cfg.Limits.MaxParallelism = uint32(*maxMem), uint32(*maxIter), uint8(*maxPar)

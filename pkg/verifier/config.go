@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leveehq/levee/pkg/deadline"
+	"github.com/leveehq/levee/pkg/registry"
 	"github.com/leveehq/levee/pkg/verify"
 )
 
@@ -43,6 +44,24 @@ type Config struct {
 	// Limits caps what a stored hash or password may ask for.
 	Limits verify.Limits
 
+	// EtcdEndpoints, when set, register this verifier in etcd under
+	// RegistryTarget once it is warm, so that gateways dialing
+	// "etcd:///" + RegistryTarget find it; it deregisters first when it
+	// drains. Empty: no registration (clients dial it directly).
+	EtcdEndpoints []string
+	// EtcdDialTimeout bounds connecting to etcd and deregistering at drain.
+	EtcdDialTimeout time.Duration
+	// RegistryTarget is the etcd naming target (key prefix) to register
+	// under.
+	RegistryTarget string
+	// AdvertiseAddr is the host:port registered, the one gateways dial;
+	// empty means the actual gRPC listen address, which Serve refuses when
+	// it is unspecified (0.0.0.0, ::): then AdvertiseAddr must be given.
+	AdvertiseAddr string
+	// RegistryTTL is the registration's lease TTL (whole seconds, at least
+	// 2s): a verifier that dies without draining disappears within it.
+	RegistryTTL time.Duration
+
 	// EnableCapacityKnob allows VerifierAdminService.SetCapacity, which lowers
 	// the node's capacity on purpose for experiments. Off by default.
 	EnableCapacityKnob bool
@@ -67,6 +86,10 @@ func DefaultConfig() Config {
 		Deadline:      deadline.DefaultConfig(),
 		Policy:        verify.DefaultPolicy(),
 		Limits:        verify.DefaultLimits(),
+
+		EtcdDialTimeout: 5 * time.Second,
+		RegistryTarget:  registry.DefaultTarget,
+		RegistryTTL:     registry.DefaultTTL,
 	}
 }
 
@@ -93,6 +116,22 @@ func (c Config) Validate() error {
 	}
 	if err := c.Policy.Validate(c.Limits); err != nil {
 		errs = append(errs, fmt.Errorf("Policy: %w", err))
+	}
+	if c.EtcdDialTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("EtcdDialTimeout must be positive, got %v", c.EtcdDialTimeout))
+	}
+	if err := registry.CheckTarget(c.RegistryTarget); err != nil {
+		errs = append(errs, fmt.Errorf("RegistryTarget: %w", err))
+	}
+	if c.AdvertiseAddr != "" {
+		if err := registry.CheckAddr(c.AdvertiseAddr); err != nil {
+			errs = append(errs, fmt.Errorf("AdvertiseAddr: %w", err))
+		}
+	}
+	if c.RegistryTTL == 0 {
+		errs = append(errs, fmt.Errorf("RegistryTTL: %w: must be set", registry.ErrInvalidTTL))
+	} else if err := registry.CheckTTL(c.RegistryTTL); err != nil {
+		errs = append(errs, fmt.Errorf("RegistryTTL: %w", err))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("verifier config: %w", err)

@@ -13,6 +13,7 @@ import (
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/pkg/deadline"
+	"github.com/leveehq/levee/pkg/registry"
 	"github.com/leveehq/levee/pkg/verify"
 )
 
@@ -114,6 +115,23 @@ func TestConfigValidate(t *testing.T) {
 			want: []string{"Policy:", "Params.Memory"}, is: []error{verify.ErrInvalidPolicy}},
 		{name: "invalid limits", edit: func(c *Config) { c.Limits.MaxBcryptCost = 32 },
 			want: []string{"Policy:", "MaxBcryptCost"}, is: []error{verify.ErrInvalidLimits}},
+		{name: "registration", edit: func(c *Config) {
+			c.EtcdEndpoints, c.AdvertiseAddr = []string{"etcd-1:2379"}, "verifier-3.levee.svc:7701"
+		}},
+		{name: "undialable AdvertiseAddr", edit: func(c *Config) { c.AdvertiseAddr = "0.0.0.0:7701" },
+			want: []string{"AdvertiseAddr:", "unspecified"}, is: []error{registry.ErrInvalidAddr}},
+		{name: "AdvertiseAddr port 0", edit: func(c *Config) { c.AdvertiseAddr = "10.0.0.7:0" },
+			want: []string{"AdvertiseAddr:"}, is: []error{registry.ErrInvalidAddr}},
+		{name: "no RegistryTarget", edit: func(c *Config) { c.RegistryTarget = "" },
+			want: []string{"RegistryTarget:"}, is: []error{registry.ErrInvalidTarget}},
+		{name: "RegistryTTL below etcd's shortest", edit: func(c *Config) { c.RegistryTTL = time.Second },
+			want: []string{"RegistryTTL:", "at least 2s"}, is: []error{registry.ErrInvalidTTL}},
+		{name: "fractional RegistryTTL", edit: func(c *Config) { c.RegistryTTL = 2500 * time.Millisecond },
+			want: []string{"RegistryTTL:", "whole seconds"}, is: []error{registry.ErrInvalidTTL}},
+		{name: "no RegistryTTL", edit: func(c *Config) { c.RegistryTTL = 0 },
+			want: []string{"RegistryTTL:"}, is: []error{registry.ErrInvalidTTL}},
+		{name: "zero EtcdDialTimeout", edit: func(c *Config) { c.EtcdDialTimeout = 0 },
+			want: []string{"EtcdDialTimeout must be positive, got 0s"}},
 		{name: "every field reported", edit: func(c *Config) {
 			c.Workers, c.QueueCapacity, c.MaxQueueWait, c.LIFOAfter, c.DrainTimeout = -1, -1, -1, -1, -1
 			c.Policy.Params.Iterations = 0

@@ -83,6 +83,7 @@ type harness struct {
 	verify  verifyv1.VerifyServiceClient
 	admin   verifyv1.VerifierAdminServiceClient
 	health  healthpb.HealthClient
+	addr    string // the gRPC listener's address
 	metrics string // base URL of the metrics listener
 
 	stopOnce sync.Once
@@ -118,6 +119,7 @@ func start(t *testing.T, cfg Config) *harness {
 		srv.Close()
 		t.Fatal(err)
 	}
+	h.addr = lis.Addr().String()
 	h.metrics = "http://" + mlis.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel

@@ -29,7 +29,7 @@ type metrics struct {
 // latencyBuckets span 1 ms to ~33 s: from a cheap hash to a hopeless queue.
 var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2, 16)
 
-func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *costModel, policy *verify.Hash) *metrics {
+func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *verify.CostModel, policy *verify.Hash) *metrics {
 	m := &metrics{
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "levee_verifier_queue_wait_seconds",
@@ -81,7 +81,7 @@ func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *costModel
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "levee_verifier_expected_service_seconds",
 			Help: "Current estimate of one hash under the hashing policy.",
-		}, func() float64 { return model.estimate(policy).Seconds() }),
+		}, func() float64 { return model.Estimate(policy).Seconds() }),
 	)
 	// Pre-create the label combinations so that every series exists at zero.
 	for _, rpc := range []string{"verify", "hash"} {

@@ -24,6 +24,10 @@
 //     moment a drain starts; during a drain new calls get UNAVAILABLE
 //     (retryable elsewhere) while queued work is finished or dropped by its
 //     deadline.
+//   - With EtcdEndpoints, the node is in etcd under RegistryTarget (for
+//     gateways' naming resolver) only while warm and not draining: it
+//     registers once SERVING and deregisters before anything else when a
+//     drain starts, so gateways stop routing to it before it refuses.
 //
 // Metrics go to a private registry; see metrics.go for the series.
 package verifier
@@ -45,6 +49,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -58,6 +64,7 @@ import (
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/deadline"
+	"github.com/leveehq/levee/pkg/registry"
 	"github.com/leveehq/levee/pkg/verify"
 	"github.com/leveehq/levee/pkg/workpool"
 )
@@ -93,7 +100,7 @@ type Server struct {
 	v       *verify.Verifier
 	policy  *verify.Hash // the policy's parameters, for cost estimates
 	pool    *workpool.Pool
-	model   *costModel
+	model   *verify.CostModel
 	metrics *metrics
 	health  *health.Server
 	admin   *adminServer
@@ -133,7 +140,7 @@ func New(cfg Config) (*Server, error) {
 		v:      v,
 		policy: v.PolicyHash(),
 		pool:   pool,
-		model:  newCostModel(),
+		model:  verify.NewCostModel(),
 		health: health.NewServer(),
 	}
 	if s.log == nil {
@@ -215,8 +222,26 @@ func Run(ctx context.Context, cfg Config) error {
 // none) until ctx ends, then drains gracefully: health NOT_SERVING first,
 // new work refused, queued work finished or dropped by its deadline, then the
 // listeners close. Serve returns after every goroutine it started has ended.
+//
+// With EtcdEndpoints, Serve registers the node in etcd once it is SERVING
+// and deregisters it as the first step of the drain. etcd being unreachable
+// never stops the node from serving direct clients: the registration is
+// retried (its first failure logged at WARN) until it succeeds or the drain
+// starts. Serve refuses at once, before serving, a listen address nobody
+// can dial (0.0.0.0) when no AdvertiseAddr is given.
 func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) error {
 	defer s.Close()
+	rg, err := s.newRegistrar(lis)
+	if err != nil {
+		lis.Close()
+		if mlis != nil {
+			mlis.Close()
+		}
+		return err
+	}
+	if rg != nil {
+		defer rg.cli.Close()
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := s.grpc.Serve(lis); err != nil {
@@ -240,12 +265,15 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) error {
 		if err := s.warm(gctx); err != nil && gctx.Err() == nil {
 			s.log.Warn("warm-up failed; serving on the prior cost estimate", "err", err)
 		}
+		var reg *registry.Registration
 		if gctx.Err() == nil {
 			s.setServing(true)
 			s.log.Info("verifier serving", "addr", lis.Addr().String(), "workers", s.cfg.Workers,
-				"expected_hash", s.model.estimate(s.policy))
+				"expected_hash", s.model.Estimate(s.policy))
+			reg = rg.register(gctx)
 		}
 		<-gctx.Done()
+		rg.deregister(reg)
 		s.drain()
 		if hs != nil {
 			shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -255,6 +283,94 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) error {
 		return nil
 	})
 	return g.Wait()
+}
+
+// etcdKeepAliveTime and etcdKeepAliveTimeout are the etcd client's gRPC
+// pings: a connection that died silently is noticed and replaced, rather
+// than holding the re-registration until the process restarts. etcd refuses
+// pings more frequent than every 5 s.
+const (
+	etcdKeepAliveTime    = 10 * time.Second
+	etcdKeepAliveTimeout = 5 * time.Second
+)
+
+// registrar registers the server in etcd. A nil *registrar (no
+// EtcdEndpoints) registers nothing.
+type registrar struct {
+	cli     *clientv3.Client
+	cfg     registry.Config
+	timeout time.Duration // bounds deregistration
+	log     *slog.Logger
+}
+
+// newRegistrar settles what to register before anything is served: the
+// advertised address (AdvertiseAddr, or lis's address when that is
+// dialable) and the etcd client, which does not wait for etcd.
+func (s *Server) newRegistrar(lis net.Listener) (*registrar, error) {
+	if len(s.cfg.EtcdEndpoints) == 0 {
+		return nil, nil
+	}
+	addr := s.cfg.AdvertiseAddr
+	if addr == "" {
+		addr = lis.Addr().String()
+		if err := registry.CheckAddr(addr); err != nil {
+			return nil, fmt.Errorf("verifier: the listen address %s cannot be registered in etcd (gateways could not dial it); "+
+				"set AdvertiseAddr (-advertise): %w", addr, err)
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            s.cfg.EtcdEndpoints,
+		DialTimeout:          s.cfg.EtcdDialTimeout,
+		DialKeepAliveTime:    etcdKeepAliveTime,
+		DialKeepAliveTimeout: etcdKeepAliveTimeout,
+		// The registration logs what matters (losses, re-registrations);
+		// the client's own retries would only repeat it.
+		Logger: zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("verifier: etcd client: %w", err)
+	}
+	rc := registry.Config{
+		Client: cli,
+		Target: s.cfg.RegistryTarget,
+		Addr:   addr,
+		TTL:    s.cfg.RegistryTTL,
+		Logger: s.log,
+	}
+	if err := rc.Validate(); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("verifier: %w", err)
+	}
+	return &registrar{cli: cli, cfg: rc, timeout: s.cfg.EtcdDialTimeout, log: s.log}, nil
+}
+
+// register registers the server, retrying until it succeeds or ctx ends
+// (the drain started; nil then). Until then the node serves direct
+// clients; registry.Register logs the first failure.
+func (r *registrar) register(ctx context.Context) *registry.Registration {
+	if r == nil {
+		return nil
+	}
+	reg, err := registry.Register(ctx, r.cfg)
+	if err != nil {
+		r.log.Debug("etcd registration abandoned", "err", err)
+		return nil
+	}
+	return reg
+}
+
+// deregister removes the server from etcd (reg may be nil), bounded by
+// EtcdDialTimeout; if etcd cannot be reached, the key expires with its
+// lease.
+func (r *registrar) deregister(reg *registry.Registration) {
+	if reg == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	if err := reg.Close(ctx); err != nil {
+		r.log.Warn("etcd deregistration failed; gateways drop this verifier when its lease expires", "err", err)
+	}
 }
 
 // warm runs policy hashes on every worker at once, twice: the first round
@@ -271,7 +387,7 @@ func (s *Server) warm(ctx context.Context) error {
 					start := time.Now()
 					_, err := s.v.HashPassword(pw, rand.Reader)
 					if took := time.Since(start); err == nil && round == 1 {
-						s.model.set(s.policy, took)
+						s.model.Set(s.policy, took)
 					}
 				})
 				errs <- err
@@ -368,7 +484,7 @@ func (s *Server) Hash(ctx context.Context, req *verifyv1.HashRequest) (*verifyv1
 // run queues fn (one hash with the cost of h) and accounts for its fate.
 func (s *Server) run(ctx context.Context, rpc string, h *verify.Hash, fn func()) error {
 	alg := h.Algorithm.String()
-	res, err := s.pool.Submit(ctx, s.model.estimate(h), func() {
+	res, err := s.pool.Submit(ctx, s.model.Estimate(h), func() {
 		s.metrics.hashes.WithLabelValues(alg).Inc()
 		if s.beforeHash != nil {
 			s.beforeHash(ctx, rpc)
@@ -387,7 +503,7 @@ func (s *Server) run(ctx context.Context, rpc string, h *verify.Hash, fn func())
 		ServiceTimeTrailer, strconv.FormatInt(res.Service.Microseconds(), 10)))
 	s.metrics.queueWait.WithLabelValues(rpc).Observe(res.Wait.Seconds())
 	s.metrics.service.WithLabelValues(alg).Observe(res.Service.Seconds())
-	s.model.observe(h, res.Service)
+	s.model.Observe(h, res.Ran)
 	if err := ctx.Err(); err != nil {
 		s.metrics.late.WithLabelValues(rpc).Inc()
 		return status.FromContextError(err).Err()
@@ -424,7 +540,7 @@ func (s *Server) notRun(ctx context.Context, rpc string, h *verify.Hash, res wor
 		remaining, _ := deadline.Remaining(ctx)
 		return s.count(reasonArrival, priority, status.Errorf(codes.DeadlineExceeded,
 			"remaining deadline %v is shorter than the expected %s time %v", remaining.Round(time.Millisecond),
-			h.Algorithm, s.model.estimate(h).Round(time.Millisecond)))
+			h.Algorithm, time.Duration(float64(s.model.Estimate(h))*s.pool.Stats().Slowdown).Round(time.Millisecond)))
 	case errors.Is(err, workpool.ErrDraining), errors.Is(err, workpool.ErrClosed):
 		return s.count(reasonDraining, priority, errDraining)
 	case errors.Is(err, workpool.ErrExpired):

@@ -96,6 +96,9 @@ type Result struct {
 	// Service is the time a worker was held by the job, slowdown included
 	// (zero when the job did not run).
 	Service time.Duration
+	// Ran is the job's own run time, without the slowdown's stretch: what
+	// an estimate of the job's cost (Submit's cost) should learn from.
+	Ran time.Duration
 }
 
 // Stats is a snapshot of the pool.
@@ -175,7 +178,8 @@ func New(cfg Config) (*Pool, error) {
 	return p, nil
 }
 
-// Submit queues fn to run on a worker with expected cost, and waits until it
+// Submit queues fn to run on a worker with expected cost (its own run time,
+// which the pool stretches by the slowdown in force), and waits until it
 // ran or was dropped. It returns nil only when fn ran. Refusals at arrival
 // match ErrRefused; see the package doc for when each error is returned.
 // If ctx ends while fn is running, Submit still waits for fn to return, so
@@ -224,6 +228,7 @@ func (p *Pool) admitLocked(ctx context.Context, now time.Time, cost time.Duratio
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		remaining := dl.Sub(now)
+		cost = time.Duration(float64(cost) * p.slowdown)
 		if cost > remaining {
 			return ErrDeadlineTooShort
 		}
@@ -316,7 +321,7 @@ func (p *Pool) worker(idx int) {
 		j := p.popLocked(now)
 		j.state = stateRunning
 		j.res.Wait = now.Sub(j.enqueued)
-		if dl, ok := j.ctx.Deadline(); ok && dl.Sub(now) < j.cost {
+		if dl, ok := j.ctx.Deadline(); ok && dl.Sub(now) < time.Duration(float64(j.cost)*p.slowdown) {
 			j.err = ErrExpired
 			p.finishLocked(j)
 			p.mu.Unlock()
@@ -339,6 +344,7 @@ func (p *Pool) worker(idx int) {
 			p.hold(time.Duration(float64(ran) * (slowdown - 1)))
 		}
 		j.res.Service = p.now().Sub(start)
+		j.res.Ran = ran
 
 		p.mu.Lock()
 		p.busy--

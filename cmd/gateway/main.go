@@ -1,0 +1,96 @@
+// Command gateway is Levee's front door: it serves VerifyService and forwards
+// each call to a verifier found in etcd (-etcd) or given by -verifiers, with
+// admission control, priorities, circuit breakers and budgeted retries. Every
+// flag can also be set through the environment: -etcd is LEVEE_ETCD. See the
+// README for the full reference.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/leveehq/levee/internal/flagenv"
+	"github.com/leveehq/levee/pkg/gateway"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "gateway:", err)
+		os.Exit(1)
+	}
+}
+
+// parse turns flags (and LEVEE_* variables) into a Config.
+func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) (gateway.Config, bool, error) {
+	cfg := gateway.DefaultConfig()
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.ListenAddr, "listen", cfg.ListenAddr, "gRPC listen address")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-listen", cfg.MetricsAddr, "HTTP address for /metrics (empty: none)")
+	etcd := fs.String("etcd", "", "comma-separated etcd endpoints: follow verifier registrations and runtime settings")
+	fs.StringVar(&cfg.VerifiersTarget, "registry-target", cfg.VerifiersTarget, "etcd naming target verifiers register under")
+	fs.StringVar(&cfg.SettingsKey, "settings-key", cfg.SettingsKey, "etcd key of the runtime settings (JSON)")
+	verifiers := fs.String("verifiers", "", "comma-separated static verifier addresses (with or instead of -etcd)")
+	fs.StringVar(&cfg.BudgetTarget, "budgetd", "", "budgetd target funding in-fleet retries (empty: no retries)")
+	fs.StringVar(&cfg.BudgetKey, "budget-key", cfg.BudgetKey, "budget key the gateway's retries draw from")
+	fs.DurationVar(&cfg.Deadline.Default, "default-deadline", cfg.Deadline.Default, "deadline applied to calls that bring none")
+	fs.DurationVar(&cfg.Deadline.Max, "max-deadline", cfg.Deadline.Max, "longer incoming deadlines are clamped to this")
+	fs.DurationVar(&cfg.Deadline.Margin, "hop-margin", cfg.Deadline.Margin, "per-hop margin subtracted from forwarded deadlines")
+	fs.IntVar(&cfg.Admission.InitialLimit, "initial-limit", cfg.Admission.InitialLimit, "concurrency limit at start")
+	fs.IntVar(&cfg.Admission.MinLimit, "min-limit", cfg.Admission.MinLimit, "the adaptive limit never goes below this")
+	fs.IntVar(&cfg.Admission.Ceiling, "max-limit", cfg.Admission.Ceiling, "ceiling of the adaptive limit (runtime setting: ceiling)")
+	fs.DurationVar(&cfg.Admission.TargetQueueWait, "target-queue-wait", cfg.Admission.TargetQueueWait, "verifier queue wait above which the limit shrinks")
+	fs.Float64Var(&cfg.Admission.CriticalReserve, "critical-reserve", cfg.Admission.CriticalReserve, "share of the limit only critical calls may use")
+	fs.Float64Var(&cfg.Admission.BatchShare, "batch-share", cfg.Admission.BatchShare, "share of the limit batch calls may use")
+	fs.Float64Var(&cfg.Admission.RetryShare, "retry-share", cfg.Admission.RetryShare, "share of its priority's share a retry may use")
+	fs.Float64Var(&cfg.Breaker.FailureRate, "breaker-failure-rate", cfg.Breaker.FailureRate, "failure rate that opens a verifier's breaker")
+	fs.DurationVar(&cfg.Breaker.OpenFor, "breaker-open-for", cfg.Breaker.OpenFor, "base open time of a breaker (jittered up by half)")
+	fs.BoolVar(&cfg.Autopilot.Enabled, "autopilot", cfg.Autopilot.Enabled, "recovery autopilot on")
+	fs.DurationVar(&cfg.Autopilot.ClientTimeout, "client-timeout", cfg.Autopilot.ClientTimeout, "autopilot: how long a typical caller waits")
+	logJSON := fs.Bool("log-json", false, "log JSON instead of text")
+	if err := flagenv.Parse(fs, args, lookup); err != nil {
+		return cfg, false, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	cfg.EtcdEndpoints = splitList(*etcd)
+	cfg.Verifiers = splitList(*verifiers)
+	return cfg, *logJSON, cfg.Validate()
+}
+
+func run(args []string, stderr io.Writer) error {
+	cfg, logJSON, err := parse(args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	var handler slog.Handler = slog.NewTextHandler(stderr, nil)
+	if logJSON {
+		handler = slog.NewJSONHandler(stderr, nil)
+	}
+	cfg.Logger = slog.New(handler)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return gateway.Run(ctx, cfg)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

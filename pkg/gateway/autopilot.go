@@ -1,0 +1,277 @@
+package gateway
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// inflightCall is one admitted call, known to the autopilot so that it can
+// cut calls whose callers have given up.
+type inflightCall struct {
+	arrived time.Time
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	cut    bool
+}
+
+// bind derives the hop's context: cancellable by the autopilot, and while
+// the autopilot is engaged, ending ClientTimeout after the call arrived.
+func (c *inflightCall) bind(ctx context.Context, a *autopilot) context.Context {
+	var cancel context.CancelFunc
+	if a.engaged.Load() {
+		ctx, cancel = context.WithDeadline(ctx, c.arrived.Add(a.clientTimeout()))
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
+	c.mu.Lock()
+	c.cancel = cancel
+	cut := c.cut
+	c.mu.Unlock()
+	if cut {
+		cancel()
+	}
+	return ctx
+}
+
+func (c *inflightCall) cutOff() {
+	c.mu.Lock()
+	c.cut = true
+	cancel := c.cancel
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+func (c *inflightCall) abandoned() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cut
+}
+
+// callSet holds the admitted calls in flight.
+type callSet struct {
+	mu    sync.Mutex
+	calls map[*inflightCall]struct{}
+}
+
+func newCallSet() *callSet { return &callSet{calls: map[*inflightCall]struct{}{}} }
+
+func (s *callSet) add(arrived time.Time) *inflightCall {
+	c := &inflightCall{arrived: arrived}
+	s.mu.Lock()
+	s.calls[c] = struct{}{}
+	s.mu.Unlock()
+	return c
+}
+
+func (s *callSet) remove(c *inflightCall) {
+	s.mu.Lock()
+	delete(s.calls, c)
+	s.mu.Unlock()
+}
+
+// flush cuts every call that arrived before cutoff and returns how many.
+func (s *callSet) flush(cutoff time.Time) int {
+	var old []*inflightCall
+	s.mu.Lock()
+	for c := range s.calls {
+		if c.arrived.Before(cutoff) {
+			old = append(old, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range old {
+		c.cutOff()
+	}
+	return len(old)
+}
+
+// autopilot watches the fleet's signals once a Tick and acts as an operator
+// would on the metastable signature: verifier queue wait above the typical
+// client timeout while throughput stays high and goodput (answers within the
+// client timeout) collapses. Engaged, it cuts calls older than the client
+// timeout (their callers have left: finishing them is pure waste), shortens
+// forwarded deadlines to what a caller still waits for, clamps admission to
+// ClampFraction of the measured capacity, and ramps the clamp up by
+// RampFactor each tick that queue wait stays below RampQueueWait (down when
+// it climbs past the client timeout again). It stands down once the clamp has
+// not bound for StandDownAfter ticks.
+type autopilot struct {
+	g   *Gateway
+	cfg AutopilotConfig
+
+	enabled atomic.Bool
+	timeout atomic.Int64 // ClientTimeout, ns
+	engaged atomic.Bool
+
+	// Fed by the request path, read and reset each tick.
+	answers    atomic.Int64 // calls answered by a verifier
+	fast       atomic.Int64 // of them, within the client timeout of arrival
+	waitSum    atomic.Int64 // reported queue wait, µs
+	serviceSum atomic.Int64 // reported service time, µs
+	reports    atomic.Int64
+	peak       atomic.Int64 // most calls in flight seen
+
+	// Loop state, owned by run.
+	bad, calm      int
+	clamp          float64
+	peakThroughput float64
+}
+
+func newAutopilot(g *Gateway, cfg AutopilotConfig) *autopilot {
+	a := &autopilot{g: g, cfg: cfg}
+	a.enabled.Store(cfg.Enabled)
+	a.timeout.Store(int64(cfg.ClientTimeout))
+	return a
+}
+
+func (a *autopilot) clientTimeout() time.Duration { return time.Duration(a.timeout.Load()) }
+
+func (a *autopilot) sawInflight(n int) {
+	for {
+		p := a.peak.Load()
+		if int64(n) <= p || a.peak.CompareAndSwap(p, int64(n)) {
+			return
+		}
+	}
+}
+
+func (a *autopilot) sawAnswer(took time.Duration) {
+	a.answers.Add(1)
+	if took <= a.clientTimeout() {
+		a.fast.Add(1)
+	}
+}
+
+func (a *autopilot) sawQueue(wait, service time.Duration) {
+	a.waitSum.Add(wait.Microseconds())
+	if service > 0 {
+		a.serviceSum.Add(service.Microseconds())
+	}
+	a.reports.Add(1)
+}
+
+// signals are one tick's readings.
+type signals struct {
+	throughput float64       // answers per second
+	goodput    float64       // fraction answered within the client timeout
+	queueWait  time.Duration // mean reported queue wait
+	busy       float64       // calls being hashed on average (Little's law)
+	peak       int           // most calls in flight
+	answers    int64
+}
+
+func (a *autopilot) read(tick time.Duration) signals {
+	answers, fast := a.answers.Swap(0), a.fast.Swap(0)
+	waitSum, serviceSum, reports := a.waitSum.Swap(0), a.serviceSum.Swap(0), a.reports.Swap(0)
+	s := signals{answers: answers, peak: int(a.peak.Swap(int64(a.g.limiter.InFlight())))}
+	s.throughput = float64(answers) / tick.Seconds()
+	if answers > 0 {
+		s.goodput = float64(fast) / float64(answers)
+	}
+	if reports > 0 {
+		s.queueWait = time.Duration(waitSum/reports) * time.Microsecond
+		meanService := time.Duration(serviceSum/reports) * time.Microsecond
+		s.busy = s.throughput * meanService.Seconds()
+	}
+	return s
+}
+
+func (a *autopilot) run(ctx context.Context) {
+	t := time.NewTicker(a.cfg.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			a.tick(a.read(a.cfg.Tick))
+		}
+	}
+}
+
+// congested reports whether s shows the metastable signature.
+func (a *autopilot) congested(s signals) bool {
+	return s.answers > 0 &&
+		s.queueWait > a.clientTimeout() &&
+		s.throughput >= 0.5*a.peakThroughput &&
+		s.goodput < a.cfg.GoodputBelow
+}
+
+func (a *autopilot) tick(s signals) {
+	a.peakThroughput = max(s.throughput, a.peakThroughput*0.99)
+	log := a.g.log
+	if !a.enabled.Load() {
+		if a.engaged.Load() {
+			a.standDown("autopilot disabled")
+		}
+		a.bad = 0
+		return
+	}
+	if !a.engaged.Load() {
+		if !a.congested(s) {
+			a.bad = 0
+			return
+		}
+		a.bad++
+		if a.bad < a.cfg.EngageAfter {
+			return
+		}
+		a.bad, a.calm = 0, 0
+		capacity := max(s.busy, 1)
+		a.clamp = max(1, a.cfg.ClampFraction*capacity)
+		a.engaged.Store(true)
+		a.g.limiter.SetEmergency(int(math.Ceil(a.clamp)))
+		flushed := a.g.calls.flush(time.Now().Add(-a.clientTimeout()))
+		a.g.metrics.autoEngaged.Set(1)
+		a.g.metrics.autoActions.WithLabelValues("engage").Inc()
+		a.g.metrics.autoFlushed.Add(float64(flushed))
+		log.Warn("autopilot engaged: metastable signature",
+			"queue_wait", s.queueWait.Round(time.Millisecond), "client_timeout", a.clientTimeout(),
+			"throughput", math.Round(s.throughput), "goodput", math.Round(s.goodput*100)/100,
+			"capacity_inflight", math.Round(capacity*10)/10, "clamp", int(math.Ceil(a.clamp)), "flushed", flushed)
+		return
+	}
+
+	flushed := a.g.calls.flush(time.Now().Add(-a.clientTimeout()))
+	a.g.metrics.autoFlushed.Add(float64(flushed))
+	switch {
+	case s.queueWait > a.clientTimeout():
+		a.clamp = max(1, a.clamp*0.8)
+		a.calm = 0
+		a.g.metrics.autoActions.WithLabelValues("tighten").Inc()
+	case s.queueWait <= a.cfg.RampQueueWait:
+		binding := float64(s.peak) >= 0.9*a.clamp
+		if !binding {
+			a.calm++
+			if a.calm >= a.cfg.StandDownAfter {
+				a.standDown("demand below the clamp with low queue wait")
+				return
+			}
+		} else {
+			a.calm = 0
+		}
+		a.clamp = max(a.clamp*a.cfg.RampFactor, a.clamp+1)
+		a.g.metrics.autoActions.WithLabelValues("ramp").Inc()
+	default:
+		a.calm = 0
+	}
+	if ceiling := float64(a.g.limiter.Snapshot().Ceiling); a.clamp > ceiling {
+		a.clamp = ceiling
+	}
+	a.g.limiter.SetEmergency(int(math.Ceil(a.clamp)))
+}
+
+func (a *autopilot) standDown(why string) {
+	a.engaged.Store(false)
+	a.bad, a.calm = 0, 0
+	a.g.limiter.SetEmergency(0)
+	a.g.metrics.autoEngaged.Set(0)
+	a.g.metrics.autoActions.WithLabelValues("stand_down").Inc()
+	a.g.log.Info("autopilot stood down", "why", why, "limit", a.g.limiter.Limit())
+}

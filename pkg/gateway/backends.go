@@ -1,0 +1,336 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/naming/endpoints"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/internal/etcdwatch"
+	"github.com/leveehq/levee/pkg/breaker"
+)
+
+// backend is one verifier as the gateway sees it: a connection of its own,
+// the calls outstanding on it, its circuit breaker, and whether its health
+// stream says it serves. Request-path fields are atomics.
+type backend struct {
+	addr    string
+	cc      *grpc.ClientConn
+	client  verifyv1.VerifyServiceClient
+	brk     atomic.Pointer[breaker.Breaker]
+	pending atomic.Int64 // calls forwarded and not yet answered
+	serving atomic.Bool  // last word of its health stream
+	retired atomic.Bool  // left the membership; never picked again
+
+	stop context.CancelFunc
+	done chan struct{} // closed when its goroutine (health, then close) ends
+}
+
+// eligible reports whether b may be picked at all (its breaker aside).
+func (b *backend) eligible() bool { return b.serving.Load() && !b.retired.Load() }
+
+// backends is the set of verifiers: the static ones plus those registered in
+// etcd. Picking reads an immutable snapshot without locks.
+type backends struct {
+	log       *slog.Logger
+	newBrk    func() *breaker.Breaker
+	retireFor time.Duration // how long a retired backend's calls may finish
+	dialOpts  []grpc.DialOption
+	onChange  func(added, removed []string)
+
+	mu      sync.Mutex
+	static  map[string]bool
+	dynamic map[string]string // etcd key → addr
+	byAddr  map[string]*backend
+	closed  bool
+	wg      sync.WaitGroup // one per backend goroutine
+
+	snap atomic.Pointer[[]*backend]
+}
+
+func newBackends(log *slog.Logger, static []string, newBrk func() *breaker.Breaker, retireFor time.Duration,
+	onChange func(added, removed []string)) *backends {
+	bs := &backends{
+		log:       log,
+		newBrk:    newBrk,
+		retireFor: retireFor,
+		dialOpts: []grpc.DialOption{
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			// One layer retries, and it is the gateway's own, budgeted.
+			grpc.WithDisableRetry(),
+		},
+		onChange: onChange,
+		static:   map[string]bool{},
+		dynamic:  map[string]string{},
+		byAddr:   map[string]*backend{},
+	}
+	empty := []*backend{}
+	bs.snap.Store(&empty)
+	bs.mu.Lock()
+	for _, a := range static {
+		bs.static[a] = true
+	}
+	bs.reconcileLocked()
+	bs.mu.Unlock()
+	return bs
+}
+
+// list returns the current snapshot; callers must not modify it.
+func (bs *backends) list() []*backend { return *bs.snap.Load() }
+
+// pick chooses a verifier by the power of two choices on outstanding calls
+// among those eligible and not excluded, asking the breaker of the chosen one
+// (a half-open breaker admits only its ramp's fraction). It returns nil when
+// no verifier will take the call.
+func (bs *backends) pick(exclude *backend) *backend {
+	list := bs.list()
+	n := len(list)
+	if n == 0 {
+		return nil
+	}
+	// Two distinct random candidates, the less loaded first.
+	i := rand.IntN(n)
+	j := i
+	if n > 1 {
+		j = (i + 1 + rand.IntN(n-1)) % n
+	}
+	a, b := list[i], list[j]
+	if b.pending.Load() < a.pending.Load() {
+		a, b = b, a
+	}
+	for _, c := range [2]*backend{a, b} {
+		if c != exclude && c.eligible() && c.brk.Load().Allow() {
+			return c
+		}
+	}
+	// Both refused: walk the rest from a random start, least loaded first
+	// would need a sort; a random order keeps this O(n) and fair.
+	start := rand.IntN(n)
+	for k := range n {
+		c := list[(start+k)%n]
+		if c == a || c == b || c == exclude || !c.eligible() {
+			continue
+		}
+		if c.brk.Load().Allow() {
+			return c
+		}
+	}
+	return nil
+}
+
+// setStatic replaces nothing: static verifiers are fixed at start. Dynamic
+// membership follows etcd through Snapshot and Events (etcdwatch.Handler).
+
+// Snapshot implements etcdwatch.Handler for the registration prefix.
+func (bs *backends) Snapshot(kvs []*mvccpb.KeyValue) {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	bs.dynamic = map[string]string{}
+	for _, kv := range kvs {
+		if addr, ok := bs.decode(kv); ok {
+			bs.dynamic[string(kv.Key)] = addr
+		}
+	}
+	bs.reconcileLocked()
+}
+
+// Events implements etcdwatch.Handler.
+func (bs *backends) Events(evs []*clientv3.Event) {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	for _, ev := range evs {
+		switch ev.Type {
+		case mvccpb.PUT:
+			if addr, ok := bs.decode(ev.Kv); ok {
+				bs.dynamic[string(ev.Kv.Key)] = addr
+			}
+		case mvccpb.DELETE:
+			delete(bs.dynamic, string(ev.Kv.Key))
+		}
+	}
+	bs.reconcileLocked()
+}
+
+// decode reads a registration written by endpoints.Manager.AddEndpoint.
+func (bs *backends) decode(kv *mvccpb.KeyValue) (string, bool) {
+	var ep endpoints.Endpoint
+	if err := json.Unmarshal(kv.Value, &ep); err != nil || ep.Addr == "" || len(ep.Addr) > 256 {
+		bs.log.Warn("ignoring a malformed verifier registration", "key", truncate(string(kv.Key), 80))
+		return "", false
+	}
+	return ep.Addr, true
+}
+
+// reconcileLocked starts backends for new addresses, retires those gone, and
+// publishes a new snapshot.
+func (bs *backends) reconcileLocked() {
+	if bs.closed {
+		return
+	}
+	want := map[string]bool{}
+	for a := range bs.static {
+		want[a] = true
+	}
+	for _, a := range bs.dynamic {
+		want[a] = true
+	}
+	var added, removed []string
+	for a := range want {
+		if _, ok := bs.byAddr[a]; ok {
+			continue
+		}
+		b, err := bs.start(a)
+		if err != nil {
+			bs.log.Warn("cannot reach verifier", "addr", a, "err", err)
+			continue
+		}
+		bs.byAddr[a] = b
+		added = append(added, a)
+	}
+	for a, b := range bs.byAddr {
+		if !want[a] {
+			delete(bs.byAddr, a)
+			bs.retire(b)
+			removed = append(removed, a)
+		}
+	}
+	list := make([]*backend, 0, len(bs.byAddr))
+	for _, b := range bs.byAddr {
+		list = append(list, b)
+	}
+	slices.SortFunc(list, func(x, y *backend) int { return strings.Compare(x.addr, y.addr) })
+	bs.snap.Store(&list)
+	if len(added)+len(removed) > 0 {
+		slices.Sort(added)
+		slices.Sort(removed)
+		if len(added) > 0 {
+			bs.log.Info("verifiers joined", "addrs", added, "count", len(list))
+		}
+		if len(removed) > 0 {
+			bs.log.Info("verifiers left", "addrs", removed, "count", len(list))
+		}
+		if bs.onChange != nil {
+			bs.onChange(added, removed)
+		}
+	}
+}
+
+// start dials addr and follows its health stream in a goroutine of its own.
+func (bs *backends) start(addr string) (*backend, error) {
+	cc, err := grpc.NewClient("passthrough:///"+addr, bs.dialOpts...)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &backend{
+		addr:   addr,
+		cc:     cc,
+		client: verifyv1.NewVerifyServiceClient(cc),
+		stop:   cancel,
+		done:   make(chan struct{}),
+	}
+	b.brk.Store(bs.newBrk())
+	bs.wg.Add(1)
+	go func() {
+		defer bs.wg.Done()
+		defer close(b.done)
+		bs.watchHealth(ctx, b)
+		bs.closeWhenIdle(b)
+	}()
+	return b, nil
+}
+
+// watchHealth keeps b.serving equal to what the verifier's health service
+// says about VerifyService: SERVING while it serves, false the moment it
+// drains or its connection breaks (the stream fails with the connection).
+func (bs *backends) watchHealth(ctx context.Context, b *backend) {
+	hc := healthpb.NewHealthClient(b.cc)
+	back := etcdwatch.NewBackoff(20*time.Millisecond, time.Second)
+	service := verifyv1.VerifyService_ServiceDesc.ServiceName
+	for ctx.Err() == nil {
+		stream, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{Service: service}, grpc.WaitForReady(true))
+		if err == nil {
+			for {
+				resp, rerr := stream.Recv()
+				if rerr != nil {
+					break
+				}
+				b.serving.Store(resp.GetStatus() == healthpb.HealthCheckResponse_SERVING)
+				back.Reset()
+			}
+		}
+		b.serving.Store(false)
+		if !back.Wait(ctx) {
+			return
+		}
+	}
+}
+
+// retire takes b out of rotation at once; its connection closes when its
+// outstanding calls are answered (a draining verifier finishes its queue) or
+// after retireFor.
+func (bs *backends) retire(b *backend) {
+	b.retired.Store(true)
+	b.serving.Store(false)
+	b.stop()
+}
+
+func (bs *backends) closeWhenIdle(b *backend) {
+	deadline := time.Now().Add(bs.retireFor)
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for b.pending.Load() > 0 && time.Now().Before(deadline) {
+		<-t.C
+	}
+	_ = b.cc.Close()
+}
+
+// forEach calls fn for every current backend.
+func (bs *backends) forEach(fn func(*backend)) {
+	for _, b := range bs.list() {
+		fn(b)
+	}
+}
+
+// resetBreakers gives every backend a fresh breaker (new settings).
+func (bs *backends) resetBreakers() {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	for _, b := range bs.byAddr {
+		b.brk.Store(bs.newBrk())
+	}
+}
+
+// close retires every backend and waits for their connections to close.
+func (bs *backends) close() {
+	bs.mu.Lock()
+	bs.closed = true
+	for a, b := range bs.byAddr {
+		delete(bs.byAddr, a)
+		bs.retire(b)
+	}
+	empty := []*backend{}
+	bs.snap.Store(&empty)
+	bs.mu.Unlock()
+	bs.wg.Wait()
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}

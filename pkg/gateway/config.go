@@ -1,0 +1,213 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leveehq/levee/pkg/admission"
+	"github.com/leveehq/levee/pkg/breaker"
+	"github.com/leveehq/levee/pkg/deadline"
+	"github.com/leveehq/levee/pkg/registry"
+	"github.com/leveehq/levee/pkg/verify"
+)
+
+// DefaultSettingsKey is the etcd key holding the gateway's runtime settings.
+const DefaultSettingsKey = "/levee/gateway/config"
+
+// Config configures a gateway. Start from DefaultConfig.
+type Config struct {
+	// ListenAddr is the gRPC address (Run only).
+	ListenAddr string
+	// MetricsAddr is the HTTP address serving /metrics (Run only); empty
+	// disables the metrics listener.
+	MetricsAddr string
+
+	// EtcdEndpoints are the etcd client URLs. With them the gateway follows
+	// the verifiers registered under VerifiersTarget and its runtime
+	// settings under SettingsKey. Without them it needs Verifiers.
+	EtcdEndpoints []string
+	// EtcdDialTimeout bounds each attempt to connect to etcd.
+	EtcdDialTimeout time.Duration
+	// VerifiersTarget is the etcd naming target verifiers register under
+	// (keys <target>/<addr>, see pkg/registry).
+	VerifiersTarget string
+	// Verifiers is a static list of verifier addresses, used in addition to
+	// any found through etcd.
+	Verifiers []string
+	// SettingsKey is the etcd key of the runtime settings (JSON, see
+	// Settings); changes apply without a restart.
+	SettingsKey string
+
+	// BudgetTarget names the budgetd replicas that fund in-fleet retries
+	// (see budget.Config.Target). Empty disables in-fleet retries: a failed
+	// hop is returned to the caller.
+	BudgetTarget string
+	// BudgetKey is the budget key the gateway's retries are drawn from.
+	BudgetKey string
+
+	// Deadline is the deadline policy of incoming calls; its Margin is
+	// subtracted from what is forwarded.
+	Deadline deadline.Config
+	// Limits caps what a stored hash may ask for; a hash over them is
+	// refused at the edge without a hop.
+	Limits verify.Limits
+
+	// Admission configures the edge concurrency limiter.
+	Admission admission.Config
+	// Breaker configures each verifier's circuit breaker.
+	Breaker breaker.Config
+	// Autopilot configures the recovery autopilot.
+	Autopilot AutopilotConfig
+
+	// PushbackMin and PushbackMax bound the jittered retry-after the gateway
+	// sends with a refusal (grpc-retry-pushback-ms): uniformly in
+	// [PushbackMin, PushbackMax], so refused callers come back spread out.
+	PushbackMin time.Duration
+	PushbackMax time.Duration
+
+	// ProbeInterval is how often the gateway checks the health of each
+	// verifier (gRPC health checking) besides watching its connection.
+	ProbeInterval time.Duration
+
+	// Logger receives operational logs; nil means slog.Default(). Nothing
+	// is logged per request.
+	Logger *slog.Logger
+	// Registry receives the gateway's metrics; nil means a new private
+	// registry. Never the global default registry.
+	Registry *prometheus.Registry
+}
+
+// AutopilotConfig configures the recovery autopilot: when the fleet shows the
+// metastable signature — verifier queue wait above the typical client timeout
+// while throughput stays high and goodput collapses — it drops work whose
+// callers have given up, clamps admission to a fraction of measured capacity
+// and ramps back up while queue wait stays low.
+type AutopilotConfig struct {
+	// Enabled turns the autopilot on (runtime settings may override).
+	Enabled bool
+	// ClientTimeout is how long a typical caller waits before giving up,
+	// whatever deadline it sends. Work older than this is presumed
+	// abandoned while the autopilot is engaged.
+	ClientTimeout time.Duration
+	// Tick is how often the fleet's signals are read.
+	Tick time.Duration
+	// EngageAfter is how many consecutive ticks must show the signature.
+	EngageAfter int
+	// GoodputBelow is the goodput fraction (answers within ClientTimeout /
+	// answers) under which goodput counts as collapsed.
+	GoodputBelow float64
+	// ClampFraction is the admission clamp on engaging, as a fraction of
+	// the measured capacity in requests in flight.
+	ClampFraction float64
+	// RampFactor multiplies the clamp each tick that queue wait stays below
+	// RampQueueWait.
+	RampFactor float64
+	// RampQueueWait is the queue wait below which the clamp ramps up.
+	RampQueueWait time.Duration
+	// StandDownAfter is how many consecutive ticks the clamp must not bind
+	// (demand below it, queue wait low) before the autopilot stands down.
+	StandDownAfter int
+}
+
+// DefaultConfig returns the production defaults: listening on loopback,
+// verifiers found in etcd on localhost.
+func DefaultConfig() Config {
+	return Config{
+		ListenAddr:      "127.0.0.1:7700",
+		MetricsAddr:     "127.0.0.1:9700",
+		EtcdDialTimeout: 5 * time.Second,
+		VerifiersTarget: registry.DefaultTarget,
+		SettingsKey:     DefaultSettingsKey,
+		BudgetKey:       "gateway",
+		Deadline:        deadline.DefaultConfig(),
+		Limits:          verify.DefaultLimits(),
+		Admission:       admission.DefaultConfig(),
+		Breaker:         breaker.DefaultConfig(),
+		Autopilot: AutopilotConfig{
+			Enabled:        true,
+			ClientTimeout:  2 * time.Second,
+			Tick:           time.Second,
+			EngageAfter:    3,
+			GoodputBelow:   0.5,
+			ClampFraction:  0.5,
+			RampFactor:     1.25,
+			RampQueueWait:  200 * time.Millisecond,
+			StandDownAfter: 5,
+		},
+		PushbackMin:   100 * time.Millisecond,
+		PushbackMax:   1000 * time.Millisecond,
+		ProbeInterval: time.Second,
+	}
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	if len(c.EtcdEndpoints) == 0 && len(c.Verifiers) == 0 {
+		return errors.New("gateway: no verifiers: set EtcdEndpoints (to follow registrations) or Verifiers")
+	}
+	for _, v := range c.Verifiers {
+		if v == "" {
+			return errors.New("gateway: Verifiers holds an empty address")
+		}
+	}
+	if len(c.EtcdEndpoints) > 0 {
+		if c.VerifiersTarget == "" {
+			return errors.New("gateway: VerifiersTarget must not be empty with EtcdEndpoints")
+		}
+		if c.SettingsKey == "" {
+			return errors.New("gateway: SettingsKey must not be empty with EtcdEndpoints")
+		}
+		if c.EtcdDialTimeout <= 0 {
+			return fmt.Errorf("gateway: EtcdDialTimeout must be positive, got %v", c.EtcdDialTimeout)
+		}
+	}
+	if c.BudgetTarget != "" && c.BudgetKey == "" {
+		return errors.New("gateway: BudgetKey must not be empty with BudgetTarget")
+	}
+	if err := c.Deadline.Validate(); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	if err := c.Admission.Validate(); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	if err := c.Breaker.Validate(); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	if err := c.Autopilot.Validate(); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	if c.PushbackMin <= 0 || c.PushbackMax < c.PushbackMin {
+		return fmt.Errorf("gateway: pushback range [%v, %v] must be positive and ordered", c.PushbackMin, c.PushbackMax)
+	}
+	if c.ProbeInterval <= 0 {
+		return fmt.Errorf("gateway: ProbeInterval must be positive, got %v", c.ProbeInterval)
+	}
+	return nil
+}
+
+// Validate reports the first invalid field.
+func (a AutopilotConfig) Validate() error {
+	switch {
+	case a.ClientTimeout <= 0:
+		return fmt.Errorf("autopilot: ClientTimeout must be positive, got %v", a.ClientTimeout)
+	case a.Tick <= 0:
+		return fmt.Errorf("autopilot: Tick must be positive, got %v", a.Tick)
+	case a.EngageAfter < 1:
+		return fmt.Errorf("autopilot: EngageAfter must be at least 1, got %d", a.EngageAfter)
+	case !(a.GoodputBelow > 0 && a.GoodputBelow <= 1):
+		return fmt.Errorf("autopilot: GoodputBelow must be in (0, 1], got %v", a.GoodputBelow)
+	case !(a.ClampFraction > 0 && a.ClampFraction <= 1):
+		return fmt.Errorf("autopilot: ClampFraction must be in (0, 1], got %v", a.ClampFraction)
+	case !(a.RampFactor > 1 && a.RampFactor <= 4):
+		return fmt.Errorf("autopilot: RampFactor must be in (1, 4], got %v", a.RampFactor)
+	case a.RampQueueWait <= 0:
+		return fmt.Errorf("autopilot: RampQueueWait must be positive, got %v", a.RampQueueWait)
+	case a.StandDownAfter < 1:
+		return fmt.Errorf("autopilot: StandDownAfter must be at least 1, got %d", a.StandDownAfter)
+	}
+	return nil
+}

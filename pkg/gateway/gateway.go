@@ -1,0 +1,646 @@
+// Package gateway is Levee's front door: it serves the verification service
+// and forwards each call to one of the verifiers, so that the retry loop of an
+// overloaded fleet never closes.
+//
+// The gateway promises:
+//
+//   - Admission at the edge. An adaptive concurrency limit (pkg/admission)
+//     bounds the calls in flight to the verifiers; what is over it, or over
+//     its priority class's share, is refused at once with RESOURCE_EXHAUSTED
+//     and a jittered grpc-retry-pushback-ms trailer. The refusal path formats
+//     nothing, logs nothing and makes no network call.
+//   - Deadlines. A call whose remaining deadline cannot cover the expected
+//     verification (learnt from the verifiers' own service times for the
+//     stored hash's parameters) is refused before any hop; a forwarded call
+//     carries the remaining duration less Deadline.Margin.
+//   - Balancing on outstanding work: the power of two choices over the
+//     verifiers that serve (each one's gRPC health stream) and whose circuit
+//     breaker (pkg/breaker) admits the call; a half-open breaker admits a
+//     jittered, gradual ramp.
+//   - At most one retry per call, on a different verifier, only for a
+//     failure local to one node (UNAVAILABLE: connection lost or refused,
+//     node draining), only with a token from the fleet-wide retry budget
+//     (pkg/budget), only if the deadline still covers a verification. A
+//     verifier's "overloaded, do not retry" is passed back, never retried.
+//   - Runtime settings from etcd (Settings) apply within one watch round
+//     trip, without a restart.
+//   - A recovery autopilot (AutopilotConfig) that acts when the fleet shows
+//     the metastable signature and stands down when it is gone.
+//   - Verifiers come and go through etcd registrations (pkg/registry) or a
+//     static list; one that leaves is out of rotation at once, and its
+//     connection closes once its outstanding calls are answered.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/internal/etcdwatch"
+	"github.com/leveehq/levee/pkg/admission"
+	"github.com/leveehq/levee/pkg/breaker"
+	"github.com/leveehq/levee/pkg/budget"
+	"github.com/leveehq/levee/pkg/callmeta"
+	"github.com/leveehq/levee/pkg/deadline"
+	"github.com/leveehq/levee/pkg/verifier"
+	"github.com/leveehq/levee/pkg/verify"
+)
+
+// PushbackTrailer is gRPC's trailer for "retry after N ms".
+const PushbackTrailer = "grpc-retry-pushback-ms"
+
+// maxRecvMsgSize bounds a request: a password and a stored hash.
+const maxRecvMsgSize = 64 << 10
+
+// Gateway is one gateway. Create it with New; serve it with Serve or Run.
+type Gateway struct {
+	verifyv1.UnimplementedVerifyServiceServer
+
+	cfg     Config
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	metrics *metrics
+
+	limiter  *admission.Limiter
+	backends *backends
+	parser   *verify.Verifier
+	cost     *verify.CostModel
+	hashCost atomic.Int64 // EWMA of a Hash call's service time, ns (0: unknown)
+
+	etcd    *clientv3.Client
+	budgets *budget.Client
+	retry   *budget.Budget // nil: no in-fleet retries
+
+	grpc   *grpc.Server
+	health *health.Server
+
+	clientRatio ratioWindow // arrivals: first attempts vs retries
+	fleetRatio  ratioWindow // hops: first vs in-fleet retries
+	pushbacks   [32]metadata.MD
+
+	calls *callSet
+	auto  *autopilot
+
+	brkCfg    atomic.Pointer[breaker.Config]
+	settings  atomic.Pointer[Settings]
+	closeOnce sync.Once
+}
+
+var _ verifyv1.VerifyServiceServer = (*Gateway)(nil)
+
+// New builds a gateway; Serve (or Close) must follow.
+func New(cfg Config) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	parser, err := verify.New(verify.DefaultPolicy(), cfg.Limits)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	limiter, err := admission.New(cfg.Admission)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	g := &Gateway{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		reg:     cfg.Registry,
+		limiter: limiter,
+		parser:  parser,
+		cost:    verify.NewCostModel(),
+		health:  health.NewServer(),
+		calls:   newCallSet(),
+	}
+	if g.log == nil {
+		g.log = slog.Default()
+	}
+	if g.reg == nil {
+		g.reg = prometheus.NewRegistry()
+		g.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	brk := cfg.Breaker
+	g.brkCfg.Store(&brk)
+	g.settings.Store(&Settings{})
+	for i := range g.pushbacks {
+		span := cfg.PushbackMax - cfg.PushbackMin
+		ms := (cfg.PushbackMin + time.Duration(float64(span)*float64(i)/float64(len(g.pushbacks)-1))).Milliseconds()
+		g.pushbacks[i] = metadata.Pairs(PushbackTrailer, strconv.FormatInt(ms, 10))
+	}
+	g.backends = newBackends(g.log, cfg.Verifiers, g.newBreaker, cfg.Deadline.Max, nil)
+	g.metrics = newMetrics(g.reg, g)
+	g.auto = newAutopilot(g, cfg.Autopilot)
+
+	if len(cfg.EtcdEndpoints) > 0 {
+		g.etcd, err = clientv3.New(clientv3.Config{
+			Endpoints:            cfg.EtcdEndpoints,
+			DialTimeout:          cfg.EtcdDialTimeout,
+			DialKeepAliveTime:    5 * time.Second,
+			DialKeepAliveTimeout: 3 * time.Second,
+			Logger:               zap.NewNop(),
+		})
+		if err != nil {
+			g.backends.close()
+			return nil, fmt.Errorf("gateway: etcd: %w", err)
+		}
+	}
+	if cfg.BudgetTarget != "" {
+		bc := budget.DefaultConfig()
+		bc.Target = cfg.BudgetTarget
+		bc.Keys = []string{cfg.BudgetKey}
+		bc.Logger = g.log
+		bc.Registry = g.reg
+		if g.budgets, err = budget.New(bc); err != nil {
+			g.closeClients()
+			return nil, fmt.Errorf("gateway: budget: %w", err)
+		}
+		if g.retry, err = g.budgets.Key(cfg.BudgetKey); err != nil {
+			g.closeClients()
+			return nil, fmt.Errorf("gateway: budget: %w", err)
+		}
+	}
+
+	g.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(maxRecvMsgSize),
+		grpc.ChainUnaryInterceptor(
+			cfg.Deadline.UnaryServerInterceptor(),
+			callmeta.UnaryServerInterceptor(),
+		),
+		grpc.ChainStreamInterceptor(cfg.Deadline.StreamServerInterceptor()),
+	)
+	verifyv1.RegisterVerifyServiceServer(g.grpc, g)
+	healthpb.RegisterHealthServer(g.grpc, g.health)
+	reflection.Register(g.grpc)
+	g.setServing(false)
+	return g, nil
+}
+
+// Registry returns the registry holding the gateway's metrics.
+func (g *Gateway) Registry() *prometheus.Registry { return g.reg }
+
+// Limiter returns the edge limiter (for status pages and tests).
+func (g *Gateway) Limiter() *admission.Limiter { return g.limiter }
+
+// Settings returns the runtime settings in force.
+func (g *Gateway) Settings() Settings { return *g.settings.Load() }
+
+func (g *Gateway) newBreaker() *breaker.Breaker {
+	b, err := breaker.New(*g.brkCfg.Load())
+	if err != nil {
+		// The config was validated; settings are merged only when valid.
+		panic(fmt.Sprintf("gateway: breaker config: %v", err))
+	}
+	return b
+}
+
+func (g *Gateway) setServing(on bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if on {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	g.health.SetServingStatus("", st)
+	g.health.SetServingStatus(verifyv1.VerifyService_ServiceDesc.ServiceName, st)
+}
+
+// Run listens on cfg.ListenAddr (and cfg.MetricsAddr) and serves until ctx
+// ends. It is what cmd/gateway calls.
+func Run(ctx context.Context, cfg Config) error {
+	g, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		g.Close()
+		return fmt.Errorf("gateway: listen: %w", err)
+	}
+	var mlis net.Listener
+	if cfg.MetricsAddr != "" {
+		if mlis, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+			lis.Close()
+			g.Close()
+			return fmt.Errorf("gateway: metrics listen: %w", err)
+		}
+	}
+	return g.Serve(ctx, lis, mlis)
+}
+
+// Serve serves gRPC on lis and /metrics on mlis (nil for none) until ctx
+// ends, following verifiers and settings in etcd meanwhile; then it stops
+// gracefully (health NOT_SERVING, calls in flight answered, at most
+// Deadline.Max) and returns after every goroutine it started has ended.
+func (g *Gateway) Serve(ctx context.Context, lis, mlis net.Listener) error {
+	defer g.Close()
+	grp, gctx := errgroup.WithContext(ctx)
+	grp.Go(func() error {
+		if err := g.grpc.Serve(lis); err != nil {
+			return fmt.Errorf("gateway: serve: %w", err)
+		}
+		return nil
+	})
+	var hs *http.Server
+	if mlis != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg}))
+		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		grp.Go(func() error {
+			if err := hs.Serve(mlis); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("gateway: metrics: %w", err)
+			}
+			return nil
+		})
+	}
+	if g.etcd != nil {
+		grp.Go(func() error {
+			etcdwatch.Follow(gctx, g.etcd, g.cfg.VerifiersTarget+"/", true, g.backends, g.log, "verifier registrations", 2*time.Second)
+			return nil
+		})
+		grp.Go(func() error {
+			etcdwatch.Follow(gctx, g.etcd, g.cfg.SettingsKey, false, settingsHandler{g}, g.log, "gateway settings", 2*time.Second)
+			return nil
+		})
+	}
+	grp.Go(func() error {
+		g.housekeep(gctx)
+		return nil
+	})
+	grp.Go(func() error {
+		g.auto.run(gctx)
+		return nil
+	})
+	grp.Go(func() error {
+		<-gctx.Done()
+		g.setServing(false)
+		g.log.Info("gateway stopping")
+		stopped := make(chan struct{})
+		go func() {
+			g.grpc.GracefulStop()
+			close(stopped)
+		}()
+		select {
+		case <-stopped:
+		case <-time.After(g.cfg.Deadline.Max):
+			g.grpc.Stop()
+			<-stopped
+		}
+		if hs != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = hs.Shutdown(sctx)
+		}
+		return nil
+	})
+	g.log.Info("gateway serving", "addr", lis.Addr().String(), "static_verifiers", len(g.cfg.Verifiers),
+		"etcd", len(g.cfg.EtcdEndpoints) > 0, "fleet_retries", g.retry != nil)
+	return grp.Wait()
+}
+
+// housekeep refreshes the gauges, the retry ratios and the gateway's own
+// health once a second.
+func (g *Gateway) housekeep(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		list := g.backends.list()
+		serving := false
+		for _, b := range list {
+			serving = serving || b.eligible()
+		}
+		g.setServing(serving)
+		g.metrics.observeVerifiers(list)
+		g.metrics.retryRatio.WithLabelValues("clients").Set(g.clientRatio.roll())
+		g.metrics.retryRatio.WithLabelValues("gateway").Set(g.fleetRatio.roll())
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Close stops the gateway at once, without draining. Serve calls it on
+// return; it is idempotent.
+func (g *Gateway) Close() {
+	g.closeOnce.Do(func() {
+		g.grpc.Stop()
+		g.backends.close()
+		g.closeClients()
+	})
+}
+
+func (g *Gateway) closeClients() {
+	if g.budgets != nil {
+		_ = g.budgets.Close()
+	}
+	if g.etcd != nil {
+		_ = g.etcd.Close()
+	}
+}
+
+// Refusals are built once: the shed path formats nothing.
+var (
+	errOverLimit = status.Error(codes.ResourceExhausted,
+		"gateway overloaded: concurrency limit reached; retry after the pushback")
+	errOverShare = status.Error(codes.ResourceExhausted,
+		"gateway overloaded: shedding this priority and attempt class; retry after the pushback")
+	errNoVerifier = status.Error(codes.Unavailable,
+		"no verifier available: none serving, or every circuit breaker open; retry after the pushback")
+	errVerifierUnavailable = status.Error(codes.Unavailable,
+		"verifier unavailable (connection lost or refused, or node draining); retry after the pushback")
+	errVerifierFailed = status.Error(codes.Internal, "verifier failed")
+	errAbandoned      = status.Error(codes.DeadlineExceeded,
+		"dropped by the recovery autopilot: older than the typical client timeout")
+)
+
+// pushback sets a jittered retry-after trailer.
+func (g *Gateway) pushback(ctx context.Context) {
+	_ = grpc.SetTrailer(ctx, g.pushbacks[rand.IntN(len(g.pushbacks))])
+}
+
+// admit runs the edge limiter: nil means admitted (and Release is owed).
+func (g *Gateway) admit(ctx context.Context, f callmeta.Facts) error {
+	g.clientRatio.add(f.Attempt <= 1)
+	switch g.limiter.Acquire(admission.Class{Priority: f.Priority, Retry: f.Attempt > 1}) {
+	case admission.ReasonAdmitted:
+		g.auto.sawInflight(g.limiter.InFlight())
+		return nil
+	case admission.ReasonPriority:
+		g.metrics.refuse(f, 1)
+		g.pushback(ctx)
+		return errOverShare
+	default:
+		g.metrics.refuse(f, 0)
+		g.pushback(ctx)
+		return errOverLimit
+	}
+}
+
+// hopFunc makes one call to a verifier.
+type hopFunc func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error
+
+// Verify implements VerifyService.Verify.
+func (g *Gateway) Verify(ctx context.Context, req *verifyv1.VerifyRequest) (*verifyv1.VerifyResponse, error) {
+	f := callmeta.FromContext(ctx)
+	if err := g.admit(ctx, f); err != nil {
+		return nil, err
+	}
+	if err := g.parser.CheckPassword(req.GetPassword()); err != nil {
+		return nil, g.invalid(err)
+	}
+	h, err := g.parser.Parse(req.GetEncodedHash())
+	if err != nil {
+		return nil, g.invalid(err)
+	}
+	var resp *verifyv1.VerifyResponse
+	err = g.serve(ctx, f, h, g.cost.Estimate(h), func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error {
+		var err error
+		resp, err = c.Verify(ctx, req, opts...)
+		return err
+	})
+	return resp, err
+}
+
+// Hash implements VerifyService.Hash.
+func (g *Gateway) Hash(ctx context.Context, req *verifyv1.HashRequest) (*verifyv1.HashResponse, error) {
+	f := callmeta.FromContext(ctx)
+	if err := g.admit(ctx, f); err != nil {
+		return nil, err
+	}
+	if err := g.parser.CheckPassword(req.GetPassword()); err != nil {
+		return nil, g.invalid(err)
+	}
+	var resp *verifyv1.HashResponse
+	err := g.serve(ctx, f, nil, time.Duration(g.hashCost.Load()), func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error {
+		var err error
+		resp, err = c.Hash(ctx, req, opts...)
+		return err
+	})
+	return resp, err
+}
+
+func (g *Gateway) invalid(err error) error {
+	g.limiter.Release(admission.Sample{Outcome: admission.OutcomeIgnore})
+	g.metrics.invalid.Inc()
+	return status.Error(codes.InvalidArgument, err.Error())
+}
+
+// serve forwards an admitted call: deadline check, pick, hop, at most one
+// budgeted retry on another verifier, accounting. h is the stored hash (nil
+// for Hash), expected its expected service time.
+func (g *Gateway) serve(ctx context.Context, f callmeta.Facts, h *verify.Hash, expected time.Duration, hop hopFunc) error {
+	arrived := time.Now()
+	outcome := admission.Sample{Outcome: admission.OutcomeIgnore}
+	defer func() { g.limiter.Release(outcome) }()
+
+	if !deadline.CanFinish(ctx, expected+g.cfg.Deadline.Margin) {
+		g.metrics.refuse(f, 2)
+		remaining, _ := deadline.Remaining(ctx)
+		return status.Errorf(codes.DeadlineExceeded,
+			"remaining deadline %v is shorter than the expected verification time %v; not forwarded",
+			remaining.Round(time.Millisecond), (expected + g.cfg.Deadline.Margin).Round(time.Millisecond))
+	}
+	b := g.backends.pick(nil)
+	if b == nil {
+		g.metrics.refuse(f, 3)
+		g.pushback(ctx)
+		return errNoVerifier
+	}
+	p, a := classIndex(f)
+	g.metrics.admitted[p][a].Inc()
+
+	call := g.calls.add(arrived)
+	defer g.calls.remove(call)
+
+	g.fleetRatio.add(true)
+	if g.retry != nil {
+		g.retry.RecordFirstAttempt()
+	}
+	res := g.hop(ctx, call, b, f, h, hop)
+	if res.retryable {
+		if b2 := g.retryTarget(ctx, b, expected); b2 != nil {
+			g.metrics.fleetRetries.Inc()
+			g.fleetRatio.add(false)
+			g.retry.RecordRetry()
+			rf := f
+			rf.Attempt = max(f.Attempt, 1) + 1
+			res = g.hop(ctx, call, b2, rf, h, hop)
+		} else {
+			g.metrics.fleetNoBudget.Inc()
+		}
+	}
+	outcome = res.sample
+
+	took := time.Since(arrived)
+	g.metrics.forwardLatency.Observe(took.Seconds())
+	g.auto.sawAnswer(took)
+	switch {
+	case res.err != nil:
+		g.metrics.failed[p][a].Inc()
+		switch {
+		case res.pushback != nil:
+			_ = grpc.SetTrailer(ctx, res.pushback)
+		case res.err == errVerifierUnavailable:
+			g.pushback(ctx)
+		}
+		return res.err
+	case ctx.Err() != nil:
+		g.metrics.late[p][a].Inc()
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	g.metrics.goodput[p][a].Inc()
+	return nil
+}
+
+// retryTarget returns the verifier to retry on, or nil when the retry is not
+// allowed: no budget configured or no token, no time left for a verification,
+// or no other verifier. A token is spent only when a target exists.
+func (g *Gateway) retryTarget(ctx context.Context, failed *backend, expected time.Duration) *backend {
+	if g.retry == nil || !deadline.CanFinish(ctx, expected+g.cfg.Deadline.Margin) {
+		return nil
+	}
+	b := g.backends.pick(failed)
+	if b == nil || !g.retry.Allow() {
+		return nil
+	}
+	return b
+}
+
+// hopResult is what one hop tells the caller and the limiter.
+type hopResult struct {
+	err       error
+	retryable bool        // failure local to the node: another may answer
+	pushback  metadata.MD // the verifier's pushback trailer, passed back
+	sample    admission.Sample
+}
+
+// hop makes one call to b and accounts for it: breaker, per-verifier
+// metrics, cost model, queue wait for the limiter and the autopilot.
+func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f callmeta.Facts, h *verify.Hash, fn hopFunc) hopResult {
+	octx, cancel, err := g.cfg.Deadline.Outgoing(ctx)
+	if err != nil {
+		return hopResult{err: status.Error(codes.DeadlineExceeded, "no time left to forward the call"),
+			sample: admission.Sample{Outcome: admission.OutcomeIgnore}}
+	}
+	defer cancel()
+	octx = call.bind(octx, g.auto)
+	octx = callmeta.AppendOutgoing(octx, f)
+
+	var trailer metadata.MD
+	b.pending.Add(1)
+	err = fn(octx, b.client, grpc.Trailer(&trailer))
+	b.pending.Add(-1)
+
+	if call.abandoned() {
+		// The autopilot cut it: the caller had given up.
+		return hopResult{err: errAbandoned, sample: admission.Sample{Outcome: admission.OutcomeIgnore}}
+	}
+	code := status.Code(err)
+	res := hopResult{err: err, sample: admission.Sample{Outcome: admission.OutcomeIgnore}}
+	switch code {
+	case codes.OK, codes.InvalidArgument:
+		b.brk.Load().Record(true)
+		g.metrics.result(b, "ok")
+		wait, service := trailerMicros(trailer, verifier.QueueWaitTrailer), trailerMicros(trailer, verifier.ServiceTimeTrailer)
+		if wait >= 0 {
+			res.sample = admission.Sample{QueueWait: wait, Outcome: admission.OutcomeOK}
+			g.metrics.verifierWait.Observe(wait.Seconds())
+			g.auto.sawQueue(wait, service)
+		}
+		if service > 0 {
+			if h != nil {
+				g.cost.Observe(h, service)
+			} else {
+				g.observeHashCost(service)
+			}
+		}
+	case codes.ResourceExhausted:
+		// Overloaded: a load signal for the limiter, not a node fault.
+		g.metrics.result(b, "overloaded")
+		res.sample = admission.Sample{Outcome: admission.OutcomeOverloaded}
+		if pb := trailer.Get(PushbackTrailer); len(pb) > 0 {
+			res.pushback = metadata.Pairs(PushbackTrailer, pb[0])
+		}
+	case codes.Unavailable, codes.Internal, codes.Unknown, codes.DataLoss, codes.Unimplemented:
+		b.brk.Load().Record(false)
+		g.metrics.result(b, "failure")
+		// The transport's message names internal addresses; the caller
+		// gets a status that names the problem instead.
+		res.err = errVerifierFailed
+		if code == codes.Unavailable {
+			res.err = errVerifierUnavailable
+			// Connection refused or lost, or the node is draining: the
+			// health stream will say so too; stop picking it now.
+			b.serving.Store(false)
+			res.retryable = ctx.Err() == nil && len(trailer.Get(PushbackTrailer)) == 0
+		}
+	default:
+		// DEADLINE_EXCEEDED, CANCELED and the rest say nothing about the
+		// node's health: a deadline passing under load is the limiter's
+		// business, and tripping breakers on overload would turn it into
+		// an outage.
+		g.metrics.result(b, "other")
+	}
+	return res
+}
+
+// trailerMicros reads a whole-microseconds trailer; -1 when absent or bad.
+func trailerMicros(md metadata.MD, key string) time.Duration {
+	v := md.Get(key)
+	if len(v) != 1 {
+		return -1
+	}
+	us, err := strconv.ParseInt(v[0], 10, 64)
+	if err != nil || us < 0 || us > math.MaxInt64/int64(time.Microsecond) {
+		return -1
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// observeHashCost folds a Hash call's service time into its EWMA.
+func (g *Gateway) observeHashCost(took time.Duration) {
+	for {
+		old := g.hashCost.Load()
+		next := int64(took)
+		if old > 0 {
+			next = old + (int64(took)-old)/5
+		}
+		if g.hashCost.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// ServingVerifiers returns how many verifiers the gateway would pick from now
+// (health SERVING, not retired), breakers aside.
+func (g *Gateway) ServingVerifiers() int {
+	n := 0
+	for _, b := range g.backends.list() {
+		if b.eligible() {
+			n++
+		}
+	}
+	return n
+}

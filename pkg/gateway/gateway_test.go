@@ -1,0 +1,220 @@
+package gateway
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+
+	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/pkg/callmeta"
+)
+
+// Client → gateway → two verifiers over 127.0.0.1: answers, balancing,
+// bad input refused at the edge with no hop, health and reflection.
+func TestEndToEndStatic(t *testing.T) {
+	v1, v2 := startVerifier(t, nil), startVerifier(t, nil)
+	gw := startGateway(t, gatewayConfig(v1.addr, v2.addr))
+	gw.waitServing(t, 2)
+	ctx := context.Background()
+
+	stored := storedHash("correct horse", 64, 1)
+	const n = 40
+	for i := range n {
+		pw := "correct horse"
+		if i%2 == 1 {
+			pw = "battery staple"
+		}
+		resp, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte(pw)})
+		if err != nil {
+			t.Fatalf("Verify %d: %v", i, err)
+		}
+		if want := i%2 == 0; resp.GetMatch() != want {
+			t.Fatalf("Verify %d (%q): match = %v, want %v", i, pw, resp.GetMatch(), want)
+		}
+	}
+	h1 := v1.metric(t, "levee_verifier_hashes_total", nil)
+	h2 := v2.metric(t, "levee_verifier_hashes_total", nil)
+	if got := h1 + h2; got != n {
+		t.Errorf("verifiers hashed %v requests, want %d", got, n)
+	}
+	if h1 == 0 || h2 == 0 {
+		t.Errorf("one verifier took everything: %v and %v hashes", h1, h2)
+	}
+
+	hashed, err := gw.client.Hash(ctx, &verifyv1.HashRequest{Password: []byte("new secret")})
+	if err != nil {
+		t.Fatalf("Hash: %v", err)
+	}
+	if !strings.HasPrefix(hashed.GetEncodedHash(), "$argon2id$v=19$m=64,t=1,p=1$") {
+		t.Errorf("Hash = %q, want the verifiers' policy", hashed.GetEncodedHash())
+	}
+	resp, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: hashed.GetEncodedHash(), Password: []byte("new secret")})
+	if err != nil || !resp.GetMatch() {
+		t.Errorf("Verify of the fresh hash = %v, %v; want a match", resp, err)
+	}
+
+	t.Run("bad input refused at the edge", func(t *testing.T) {
+		before := v1.metric(t, "levee_verifier_hashes_total", nil) + v2.metric(t, "levee_verifier_hashes_total", nil)
+		for _, tt := range []struct {
+			name, hash, msg string
+			password        []byte
+		}{
+			{"garbage hash", "not a hash", "parse hash", []byte("x")},
+			{"huge memory", "$argon2id$v=19$m=4194304,t=1,p=1$c2FsdHNhbHRzYWx0c2FsdA$aGFzaGhhc2hoYXNoaGFzaGhhc2hoYXNoaGFzaGhhc2g", "memory", []byte("x")},
+			{"password too long", stored, "password", make([]byte, 8<<10)},
+		} {
+			_, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: tt.hash, Password: tt.password})
+			if code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.msg) {
+				t.Errorf("%s: %v, want INVALID_ARGUMENT naming %q", tt.name, err, tt.msg)
+			}
+		}
+		after := v1.metric(t, "levee_verifier_hashes_total", nil) + v2.metric(t, "levee_verifier_hashes_total", nil)
+		if after != before {
+			t.Errorf("bad input reached the verifiers: %v hashes", after-before)
+		}
+		if got := gw.metric(t, "levee_gateway_invalid_total", nil); got != 3 {
+			t.Errorf("levee_gateway_invalid_total = %v, want 3", got)
+		}
+	})
+
+	t.Run("health", func(t *testing.T) {
+		waitFor(t, 5*time.Second, "gateway SERVING", func() bool {
+			resp, err := healthpb.NewHealthClient(gw.cc).Check(ctx,
+				&healthpb.HealthCheckRequest{Service: verifyv1.VerifyService_ServiceDesc.ServiceName})
+			return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+		})
+	})
+
+	t.Run("reflection", func(t *testing.T) {
+		stream, err := rpb.NewServerReflectionClient(gw.cc).ServerReflectionInfo(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&rpb.ServerReflectionRequest{MessageRequest: &rpb.ServerReflectionRequest_ListServices{}}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = stream.CloseSend()
+		found := false
+		for _, s := range resp.GetListServicesResponse().GetService() {
+			found = found || s.GetName() == verifyv1.VerifyService_ServiceDesc.ServiceName
+		}
+		if !found {
+			t.Errorf("reflection does not list %s", verifyv1.VerifyService_ServiceDesc.ServiceName)
+		}
+	})
+}
+
+// A call whose remaining deadline cannot cover a verification is refused at
+// the gateway, before any hop, naming both durations.
+func TestDeadlineRefusedBeforeForwarding(t *testing.T) {
+	v := startVerifier(t, nil)
+	gw := startGateway(t, gatewayConfig(v.addr))
+	gw.waitServing(t, 1)
+	v.slow(t, 100) // each hash now holds a worker ~100× its CPU time
+	stored := storedHash("pw", 1024, 2)
+	// Teach the gateway what such a hash costs.
+	for range 3 {
+		if _, err := gw.client.Verify(context.Background(), &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expected := gw.g.cost.Estimate(mustParse(t, gw.g, stored))
+	if expected < 20*time.Millisecond {
+		t.Fatalf("learnt cost %v; the slowed hash should cost more than 20ms", expected)
+	}
+	before := v.metric(t, "levee_verifier_hashes_total", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), expected/3)
+	defer cancel()
+	_, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")})
+	if code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "not forwarded") {
+		t.Fatalf("Verify with %v left = %v; want DEADLINE_EXCEEDED, not forwarded", expected/3, err)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("the refusal came only when the deadline passed")
+	}
+	if got := v.metric(t, "levee_verifier_hashes_total", nil) - before; got != 0 {
+		t.Errorf("verifier hashed %v requests after a deadline refusal", got)
+	}
+	if got := gw.metric(t, "levee_gateway_refused_total", map[string]string{"reason": "deadline"}); got != 1 {
+		t.Errorf("refused_total{reason=deadline} = %v, want 1", got)
+	}
+}
+
+// Over the limit, a call is refused at once with RESOURCE_EXHAUSTED and a
+// jittered pushback trailer within the configured range.
+func TestRefusalCarriesJitteredPushback(t *testing.T) {
+	v := startVerifier(t, nil)
+	cfg := gatewayConfig(v.addr)
+	cfg.Admission.InitialLimit, cfg.Admission.MinLimit, cfg.Admission.Ceiling = 1, 1, 1
+	gw := startGateway(t, cfg)
+	gw.waitServing(t, 1)
+	gw.g.limiter.SetClamp(1)
+
+	// Hold the only slot with a slow call.
+	v.slow(t, 100)
+	stored := storedHash("pw", 1024, 1)
+	hold := make(chan error, 1)
+	go func() {
+		// Critical: with a limit of 1, lower priorities get no share.
+		_, err := gw.client.Verify(callmeta.AppendOutgoing(context.Background(), callmeta.Facts{Priority: callmeta.Critical}),
+			&verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")})
+		hold <- err
+	}()
+	waitFor(t, 5*time.Second, "one call in flight", func() bool {
+		select {
+		case err := <-hold:
+			t.Fatalf("the call meant to hold the only slot ended: %v", err)
+		default:
+		}
+		return gw.g.limiter.InFlight() == 1
+	})
+
+	seen := map[string]bool{}
+	for range 50 {
+		var trailer metadata.MD
+		start := time.Now()
+		_, err := gw.client.Verify(callmeta.AppendOutgoing(context.Background(), callmeta.Facts{Priority: callmeta.Critical}),
+			&verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")}, grpc.Trailer(&trailer))
+		if code(err) != codes.ResourceExhausted {
+			t.Fatalf("over the limit: %v, want RESOURCE_EXHAUSTED", err)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("refusal took %v", took)
+		}
+		pb := trailer.Get(PushbackTrailer)
+		if len(pb) != 1 {
+			t.Fatalf("pushback trailer = %q, want one value", pb)
+		}
+		ms, err := time.ParseDuration(pb[0] + "ms")
+		if err != nil || ms < cfg.PushbackMin || ms > cfg.PushbackMax {
+			t.Fatalf("pushback %q outside [%v, %v]", pb[0], cfg.PushbackMin, cfg.PushbackMax)
+		}
+		seen[pb[0]] = true
+	}
+	if len(seen) < 10 {
+		t.Errorf("50 refusals carried only %d distinct pushbacks; want jitter", len(seen))
+	}
+	if err := <-hold; err != nil {
+		t.Errorf("the admitted call: %v", err)
+	}
+}
+
+func mustParse(t *testing.T, g *Gateway, s string) *verifyHash {
+	t.Helper()
+	h, err := g.parser.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}

@@ -1,0 +1,303 @@
+package gateway
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leveehq/levee/pkg/admission"
+	"github.com/leveehq/levee/pkg/breaker"
+	"github.com/leveehq/levee/pkg/callmeta"
+)
+
+// Refusal reasons: the bounded values of the reason label.
+const (
+	reasonLimit      = "limit"       // the whole limit is in use
+	reasonPriority   = "priority"    // over this class's share of the limit
+	reasonDeadline   = "deadline"    // remaining time cannot cover a verification
+	reasonNoVerifier = "no_verifier" // none serving, or every breaker open
+	nReasons         = 4
+)
+
+var reasons = [nReasons]string{reasonLimit, reasonPriority, reasonDeadline, reasonNoVerifier}
+
+const (
+	nPriorities = 4 // unspecified, critical, interactive, batch
+	nAttempts   = 2 // first, retry
+)
+
+var (
+	priorityNames = [nPriorities]string{"unspecified", "critical", "interactive", "batch"}
+	attemptNames  = [nAttempts]string{"first", "retry"}
+)
+
+// classIndex maps request facts to the label arrays: a bounded, allocation
+// free lookup instead of WithLabelValues on the request path.
+func classIndex(f callmeta.Facts) (p, a int) {
+	p = int(f.Priority)
+	if p >= nPriorities {
+		p = 0
+	}
+	if f.Attempt > 1 {
+		a = 1
+	}
+	return p, a
+}
+
+// maxVerifierLabels bounds the per-verifier series; verifiers beyond it are
+// still served, only not shown one by one.
+const maxVerifierLabels = 64
+
+type metrics struct {
+	admitted [nPriorities][nAttempts]prometheus.Counter
+	refused  [nPriorities][nAttempts][nReasons]prometheus.Counter
+	goodput  [nPriorities][nAttempts]prometheus.Counter
+	late     [nPriorities][nAttempts]prometheus.Counter
+	failed   [nPriorities][nAttempts]prometheus.Counter
+	invalid  prometheus.Counter
+
+	fleetRetries   prometheus.Counter
+	fleetNoBudget  prometheus.Counter
+	verifierWait   prometheus.Histogram
+	forwardLatency prometheus.Histogram
+
+	retryRatio *prometheus.GaugeVec // by source: clients, gateway
+
+	configErrors prometheus.Counter
+	autoEngaged  prometheus.Gauge
+	autoActions  *prometheus.CounterVec // by action
+	autoFlushed  prometheus.Counter
+
+	vOutstanding *prometheus.GaugeVec // by verifier
+	vBreaker     *prometheus.GaugeVec // by verifier: 0 closed, 1 half-open, 2 open
+	vFraction    *prometheus.GaugeVec // by verifier: breaker's admitted fraction
+	vServing     *prometheus.GaugeVec // by verifier
+	vResults     *prometheus.CounterVec
+	labelsMu     sync.Mutex
+	labelled     map[string]bool
+}
+
+// latencyBuckets span 1 ms to ~33 s.
+var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2, 16)
+
+func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
+	byClass := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"priority", "attempt"})
+	}
+	admitted := byClass("levee_gateway_admitted_total", "Requests admitted past the edge limiter, by priority and attempt class (first, retry).")
+	goodput := byClass("levee_gateway_goodput_total", "Requests answered successfully before the caller's deadline.")
+	late := byClass("levee_gateway_late_total", "Requests answered after the caller's deadline: wasted work.")
+	failed := byClass("levee_gateway_failed_total", "Admitted requests that ended in an error other than bad input (verifier refusal, node loss, deadline).")
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "levee_gateway_refused_total",
+		Help: "Requests refused at the edge without a hop, by priority, attempt class and reason (limit, priority, deadline, no_verifier).",
+	}, []string{"priority", "attempt", "reason"})
+
+	m := &metrics{
+		invalid: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "levee_gateway_invalid_total",
+			Help: "Requests refused at the edge as bad input (INVALID_ARGUMENT).",
+		}),
+		fleetRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "levee_gateway_fleet_retries_total",
+			Help: "Hops retried on another verifier with a token from the fleet-wide budget.",
+		}),
+		fleetNoBudget: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "levee_gateway_fleet_retries_denied_total",
+			Help: "Retryable hop failures not retried: no budget token, no time left, or no other verifier.",
+		}),
+		verifierWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "levee_gateway_verifier_queue_wait_seconds",
+			Help:    "Queue wait that verifiers reported for admitted calls.",
+			Buckets: latencyBuckets,
+		}),
+		forwardLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "levee_gateway_forward_seconds",
+			Help:    "Time from admission to the answer of requests that reached a verifier.",
+			Buckets: latencyBuckets,
+		}),
+		retryRatio: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "levee_gateway_retry_ratio",
+			Help: "Retries per first attempt over the last 10 s: source=clients counts arrivals with attempt > 1, source=gateway the in-fleet retries.",
+		}, []string{"source"}),
+		configErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "levee_gateway_config_errors_total",
+			Help: "Runtime settings read from etcd and rejected (the last good ones stay in force).",
+		}),
+		autoEngaged: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "levee_gateway_autopilot_engaged",
+			Help: "1 while the recovery autopilot holds admission clamped.",
+		}),
+		autoActions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "levee_gateway_autopilot_actions_total",
+			Help: "Autopilot actions: engage, ramp, tighten, stand_down.",
+		}, []string{"action"}),
+		autoFlushed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "levee_gateway_autopilot_flushed_total",
+			Help: "In-flight calls the autopilot cancelled because their callers had given up.",
+		}),
+		vOutstanding: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "levee_gateway_verifier_outstanding",
+			Help: "Calls outstanding per verifier (at most 64 verifiers shown).",
+		}, []string{"verifier"}),
+		vBreaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "levee_gateway_verifier_breaker_state",
+			Help: "Circuit breaker per verifier: 0 closed, 1 half-open, 2 open.",
+		}, []string{"verifier"}),
+		vFraction: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "levee_gateway_verifier_breaker_fraction",
+			Help: "Fraction of picks the verifier's breaker admits (1 closed, 0 open, the ramp step half-open).",
+		}, []string{"verifier"}),
+		vServing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "levee_gateway_verifier_serving",
+			Help: "1 while the verifier's health stream says SERVING.",
+		}, []string{"verifier"}),
+		vResults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "levee_gateway_verifier_results_total",
+			Help: "Hops per verifier by result: ok, overloaded, failure, other.",
+		}, []string{"verifier", "result"}),
+		labelled: map[string]bool{},
+	}
+	for p := range nPriorities {
+		for a := range nAttempts {
+			lp, la := priorityNames[p], attemptNames[a]
+			m.admitted[p][a] = admitted.WithLabelValues(lp, la)
+			m.goodput[p][a] = goodput.WithLabelValues(lp, la)
+			m.late[p][a] = late.WithLabelValues(lp, la)
+			m.failed[p][a] = failed.WithLabelValues(lp, la)
+			for r := range nReasons {
+				m.refused[p][a][r] = refused.WithLabelValues(lp, la, reasons[r])
+			}
+		}
+	}
+	for _, src := range []string{"clients", "gateway"} {
+		m.retryRatio.WithLabelValues(src)
+	}
+	for _, act := range []string{"engage", "ramp", "tighten", "stand_down"} {
+		m.autoActions.WithLabelValues(act)
+	}
+	lim := func(name, help string, f func(admission.Snapshot) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
+			func() float64 { return f(g.limiter.Snapshot()) })
+	}
+	reg.MustRegister(admitted, goodput, late, failed, refused, m.invalid, m.fleetRetries, m.fleetNoBudget,
+		m.verifierWait, m.forwardLatency, m.retryRatio, m.configErrors, m.autoEngaged, m.autoActions, m.autoFlushed,
+		m.vOutstanding, m.vBreaker, m.vFraction, m.vServing, m.vResults,
+		lim("levee_gateway_limit", "Effective concurrency limit: min(adaptive, ceiling, clamp, autopilot clamp).",
+			func(s admission.Snapshot) float64 { return float64(s.Limit) }),
+		lim("levee_gateway_limit_adaptive", "The adaptive limiter's own limit.",
+			func(s admission.Snapshot) float64 { return float64(s.Adaptive) }),
+		lim("levee_gateway_limit_ceiling", "Ceiling of the limit.",
+			func(s admission.Snapshot) float64 { return float64(s.Ceiling) }),
+		lim("levee_gateway_limit_clamp", "Operator clamp of the limit (0: none).",
+			func(s admission.Snapshot) float64 { return float64(s.Clamp) }),
+		lim("levee_gateway_limit_autopilot", "Autopilot clamp of the limit (0: none).",
+			func(s admission.Snapshot) float64 { return float64(s.Emergency) }),
+		lim("levee_gateway_inflight", "Requests admitted and not yet answered.",
+			func(s admission.Snapshot) float64 { return float64(s.InFlight) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "levee_gateway_verifiers",
+			Help: "Verifiers known (registered or static).",
+		}, func() float64 { return float64(len(g.backends.list())) }),
+	)
+	return m
+}
+
+// refuse counts one edge refusal.
+func (m *metrics) refuse(f callmeta.Facts, reason int) {
+	p, a := classIndex(f)
+	m.refused[p][a][reason].Inc()
+}
+
+// observeVerifiers refreshes the per-verifier gauges (on each scrape tick of
+// the gateway's own loop, not per request).
+func (m *metrics) observeVerifiers(list []*backend) {
+	m.labelsMu.Lock()
+	defer m.labelsMu.Unlock()
+	seen := map[string]bool{}
+	for _, b := range list {
+		if !m.labelled[b.addr] && len(m.labelled) >= maxVerifierLabels {
+			continue
+		}
+		m.labelled[b.addr] = true
+		seen[b.addr] = true
+		snap := b.brk.Load().Snapshot()
+		m.vOutstanding.WithLabelValues(b.addr).Set(float64(b.pending.Load()))
+		m.vBreaker.WithLabelValues(b.addr).Set(breakerGauge(snap.State))
+		m.vFraction.WithLabelValues(b.addr).Set(snap.Fraction)
+		serving := 0.0
+		if b.eligible() {
+			serving = 1
+		}
+		m.vServing.WithLabelValues(b.addr).Set(serving)
+	}
+	for addr := range m.labelled {
+		if !seen[addr] {
+			delete(m.labelled, addr)
+			m.vOutstanding.DeleteLabelValues(addr)
+			m.vBreaker.DeleteLabelValues(addr)
+			m.vFraction.DeleteLabelValues(addr)
+			m.vServing.DeleteLabelValues(addr)
+			m.vResults.DeletePartialMatch(prometheus.Labels{"verifier": addr})
+		}
+	}
+}
+
+// result counts one hop's outcome for a labelled verifier.
+func (m *metrics) result(b *backend, result string) {
+	m.labelsMu.Lock()
+	ok := m.labelled[b.addr]
+	m.labelsMu.Unlock()
+	if ok {
+		m.vResults.WithLabelValues(b.addr, result).Inc()
+	}
+}
+
+func breakerGauge(s breaker.State) float64 {
+	switch s {
+	case breaker.HalfOpen:
+		return 1
+	case breaker.Open:
+		return 2
+	}
+	return 0
+}
+
+// ratioWindow turns cumulative counts of first attempts and retries into the
+// ratio over the last ten seconds: the request path only adds to atomics, and
+// a once-a-second roll keeps ten snapshots.
+type ratioWindow struct {
+	firsts, retries atomic.Uint64
+
+	mu   sync.Mutex
+	ring [11][2]uint64 // snapshots of (firsts, retries), one per roll
+	n    int           // rolls so far
+}
+
+func (w *ratioWindow) add(first bool) {
+	if first {
+		w.firsts.Add(1)
+	} else {
+		w.retries.Add(1)
+	}
+}
+
+// roll takes a snapshot and returns retries / first attempts since the one
+// ten rolls ago (or since the start).
+func (w *ratioWindow) roll() float64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := [2]uint64{w.firsts.Load(), w.retries.Load()}
+	w.ring[w.n%len(w.ring)] = now
+	w.n++
+	var old [2]uint64
+	if w.n >= len(w.ring) {
+		old = w.ring[w.n%len(w.ring)]
+	}
+	f, r := now[0]-old[0], now[1]-old[1]
+	if f == 0 {
+		return 0
+	}
+	return float64(r) / float64(f)
+}

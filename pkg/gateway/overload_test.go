@@ -1,0 +1,203 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+
+	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/pkg/callmeta"
+)
+
+// openLoop sends calls at rate per second for d, each in its own goroutine
+// (an open loop: arrivals do not wait for answers, as real users do not),
+// choosing each call's priority with pick. It returns when every call has
+// ended.
+func openLoop(rate float64, d time.Duration, pick func(i int) callmeta.Priority,
+	call func(i int, p callmeta.Priority)) int {
+	var wg sync.WaitGroup
+	interval := time.Duration(float64(time.Second) / rate)
+	start := time.Now()
+	n := 0
+	for time.Since(start) < d {
+		// Catch up on the schedule rather than drift: a slow tick sends
+		// the calls it owes at once.
+		due := int(time.Since(start) / interval)
+		for ; n <= due; n++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				call(i, pick(i))
+			}(n)
+		}
+		time.Sleep(interval / 2)
+	}
+	wg.Wait()
+	return n
+}
+
+// measureCapacity runs a closed loop of conc callers for d and returns the
+// completions per second.
+func measureCapacity(t *testing.T, gw *testGateway, conc int, d time.Duration, stored string) float64 {
+	t.Helper()
+	var done atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx := callmeta.AppendOutgoing(context.Background(), callmeta.Facts{Priority: callmeta.Critical})
+			for ctx.Err() == nil {
+				c, cancel := context.WithTimeout(cctx, 5*time.Second)
+				_, err := gw.client.Verify(c, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")})
+				cancel()
+				if err == nil && ctx.Err() == nil {
+					done.Add(1)
+				}
+				if err != nil {
+					time.Sleep(20 * time.Millisecond) // refused: do not spin
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(done.Load()) / d.Seconds()
+}
+
+// With the verifiers saturated and offered load at 3× and 10× their
+// capacity, the gateway refuses the excess at once, every admitted call is
+// answered within its deadline, no verifier hashes after a deadline, and
+// priorities hold: critical traffic keeps ≥ 99 % success while most of the
+// rest is shed. Everything is asserted by counting.
+func TestOverloadShedsByPriority(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load test; runs in the full suite")
+	}
+	v1, v2 := startVerifier(t, nil), startVerifier(t, nil)
+	cfg := gatewayConfig(v1.addr, v2.addr)
+	gw := startGateway(t, cfg)
+	gw.waitServing(t, 2)
+	// Each hash holds its worker for ~60× its CPU time: the verifiers are
+	// slow in wall time but leave the CPU to the load and the gateway.
+	v1.slow(t, 60)
+	v2.slow(t, 60)
+	stored := storedHash("pw", 512, 1)
+
+	capacity := measureCapacity(t, gw, 16, 2*time.Second, stored)
+	t.Logf("capacity: %.0f verifications/s (4 workers), limit %d", capacity, gw.g.limiter.Limit())
+	if capacity < 10 {
+		t.Fatalf("capacity %.1f/s is too low to test against", capacity)
+	}
+
+	const clientTimeout = 2 * time.Second
+	for _, mult := range []float64{3, 10} {
+		t.Run(fmt.Sprintf("%.0fx", mult), func(t *testing.T) {
+			rate := mult * capacity
+			// Critical traffic is a tenth of capacity whatever the load;
+			// the rest is 2/3 interactive, 1/3 batch.
+			criticalEvery := int(mult * 10)
+			pick := func(i int) callmeta.Priority {
+				switch {
+				case i%criticalEvery == 0:
+					return callmeta.Critical
+				case i%3 == 0:
+					return callmeta.Batch
+				}
+				return callmeta.Interactive
+			}
+			hashesBefore := v1.metric(t, "levee_verifier_hashes_total", nil) + v2.metric(t, "levee_verifier_hashes_total", nil)
+			admittedBefore := gw.metric(t, "levee_gateway_admitted_total", nil)
+			var sent, ok, shed, otherErr tally
+			var slowRefusals, lateAnswers atomic.Int64
+			var errMu sync.Mutex
+			var firstOther string
+			n := openLoop(rate, 4*time.Second, pick, func(i int, p callmeta.Priority) {
+				ctx, cancel := context.WithTimeout(callmeta.AppendOutgoing(context.Background(),
+					callmeta.Facts{Priority: p, Attempt: 1}), clientTimeout)
+				defer cancel()
+				start := time.Now()
+				_, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")})
+				took := time.Since(start)
+				sent.add(p.String())
+				switch {
+				case err == nil:
+					ok.add(p.String())
+					if took > clientTimeout {
+						lateAnswers.Add(1)
+					}
+				case code(err) == codes.ResourceExhausted && strings.HasPrefix(grpcstatus.Convert(err).Message(), "gateway overloaded"):
+					shed.add(p.String())
+					if took > 500*time.Millisecond {
+						slowRefusals.Add(1)
+					}
+				default:
+					otherErr.add(p.String())
+					errMu.Lock()
+					if firstOther == "" {
+						firstOther = err.Error()
+					}
+					errMu.Unlock()
+				}
+			})
+			total, totalShed := 0, 0
+			for _, p := range []string{"critical", "interactive", "batch"} {
+				total += sent.get(p)
+				totalShed += shed.get(p)
+				t.Logf("%-11s sent %5d  ok %5d  shed %5d  other %d", p, sent.get(p), ok.get(p), shed.get(p), otherErr.get(p))
+			}
+			t.Logf("offered %.0f/s, %d calls; shed %.1f%%; limit now %d", rate, n, 100*float64(totalShed)/float64(total), gw.g.limiter.Limit())
+
+			if got := sent.get("critical"); got == 0 || float64(ok.get("critical")) < 0.99*float64(got) {
+				t.Errorf("critical: %d of %d succeeded, want ≥ 99%%", ok.get("critical"), got)
+			}
+			if mult >= 10 && float64(totalShed) < 0.7*float64(total) {
+				t.Errorf("shed %d of %d, want ≥ 70%% at %.0fx", totalShed, total, mult)
+			}
+			shedFrac := func(p string) float64 { return float64(shed.get(p)) / float64(max(1, sent.get(p))) }
+			if !(shedFrac("batch") >= shedFrac("interactive") && shedFrac("interactive") >= shedFrac("critical")) {
+				t.Errorf("shed fractions batch %.3f, interactive %.3f, critical %.3f: want batch ≥ interactive ≥ critical",
+					shedFrac("batch"), shedFrac("interactive"), shedFrac("critical"))
+			}
+			for _, r := range []string{"ok", "overloaded", "failure", "other"} {
+				t.Logf("hops %s: %v", r, gw.metric(t, "levee_gateway_verifier_results_total", map[string]string{"result": r}))
+			}
+			if o := otherErr.snapshot(); len(o) > 0 {
+				t.Errorf("calls that were neither answered nor shed at the edge: %v (first: %s)", o, firstOther)
+			}
+			if got := lateAnswers.Load(); got > 0 {
+				t.Errorf("%d answers came after the caller's deadline", got)
+			}
+			if got := slowRefusals.Load(); got > 0 {
+				t.Errorf("%d refusals took longer than 500ms; a refusal must not wait", got)
+			}
+			// Every admitted call reached a verifier and was hashed there,
+			// exactly once; the refused never reached one.
+			admitted := gw.metric(t, "levee_gateway_admitted_total", nil) - admittedBefore
+			hashes := v1.metric(t, "levee_verifier_hashes_total", nil) + v2.metric(t, "levee_verifier_hashes_total", nil) - hashesBefore
+			var answered int
+			for _, c := range ok.snapshot() {
+				answered += c
+			}
+			if admitted != float64(answered) || hashes != float64(answered) {
+				t.Errorf("admitted %v, hashed %v, answered %d: want all equal", admitted, hashes, answered)
+			}
+		})
+	}
+	for _, v := range []*testVerifier{v1, v2} {
+		if got := v.metric(t, "levee_verifier_late_total", nil); got != 0 {
+			t.Errorf("verifier %s hashed %v requests after their deadline", v.addr, got)
+		}
+	}
+	if got := gw.metric(t, "levee_gateway_late_total", nil); got != 0 {
+		t.Errorf("gateway late_total = %v", got)
+	}
+}

@@ -1,0 +1,154 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/pkg/budget/budgettest"
+	"github.com/leveehq/levee/pkg/budgetd"
+	"github.com/leveehq/levee/pkg/verifier"
+)
+
+func startBudget(t *testing.T, st budgetd.Settings) *budgettest.Server {
+	t.Helper()
+	srv := budgettest.NewServer(budgettest.Config{Settings: st})
+	if _, err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	return srv
+}
+
+// A verifier that dies under the gateway: calls already sent to it fail with
+// UNAVAILABLE and are retried once on the other verifier with a token from
+// the fleet-wide budget; with no budget, the failure goes back to the caller.
+func TestRetryOnAnotherVerifierWithBudget(t *testing.T) {
+	for _, withBudget := range []bool{true, false} {
+		name := map[bool]string{true: "budget", false: "no budget"}[withBudget]
+		t.Run(name, func(t *testing.T) {
+			v1 := startVerifier(t, nil)
+			v2 := startVerifier(t, nil)
+			cfg := gatewayConfig(v1.addr, v2.addr)
+			// Keep the dead verifier's breaker closed: this test is about
+			// retries, and the breaker would hide the failures.
+			cfg.Breaker.MinRequests = 1 << 20
+			// A fixed limit wide enough for every call: admission is not
+			// under test.
+			cfg.Admission.InitialLimit, cfg.Admission.MinLimit, cfg.Admission.Ceiling = 40, 40, 40
+			if withBudget {
+				bs := startBudget(t, budgetd.Settings{Ratio: 1, Burst: 100, MinPerSecond: 100})
+				cfg.BudgetTarget = bs.Addr()
+			}
+			gw := startGateway(t, cfg)
+			gw.waitServing(t, 2)
+			stored := storedHash("pw", 1024, 1)
+			// Earn a share of the budget: tokens follow first attempts (the
+			// lease asks for ratio × recent rate × lease period).
+			for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end); {
+				if _, err := gw.client.Verify(context.Background(), &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if withBudget && gw.g.retry.Status().Tokens < 20 {
+				t.Fatalf("budget holds %v tokens after the warm-up; want ≥ 20", gw.g.retry.Status().Tokens)
+			}
+
+			// Hold calls on v1 so that some are in flight when it dies.
+			v1.slow(t, 100)
+			var wg sync.WaitGroup
+			errs := make(chan error, 20)
+			for range cap(errs) {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					_, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")})
+					errs <- err
+				}()
+			}
+			waitFor(t, 5*time.Second, "calls in flight on v1", func() bool {
+				for _, b := range gw.g.backends.list() {
+					if b.addr == v1.addr && b.pending.Load() > 0 {
+						return true
+					}
+				}
+				return false
+			})
+			v1.kill()
+			wg.Wait()
+			close(errs)
+			var failed int
+			for err := range errs {
+				if err != nil {
+					failed++
+					if code(err) != codes.Unavailable {
+						t.Errorf("failure %v, want UNAVAILABLE", err)
+					}
+				}
+			}
+			retries := gw.metric(t, "levee_gateway_fleet_retries_total", nil)
+			denied := gw.metric(t, "levee_gateway_fleet_retries_denied_total", nil)
+			t.Logf("failed %d of %d; retried %v, not retried %v", failed, cap(errs), retries, denied)
+			if withBudget {
+				if failed != 0 || retries == 0 {
+					t.Errorf("with a budget: %d failed, %v retried; want 0 failed, the lost calls retried", failed, retries)
+				}
+			} else if failed == 0 || retries != 0 || float64(failed) != denied {
+				t.Errorf("without a budget: %d failed, %v retried, %v denied; want failures returned, none retried", failed, retries, denied)
+			}
+			// The dead verifier is out of rotation: new calls all succeed.
+			for range 10 {
+				if _, err := gw.client.Verify(context.Background(), &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")}); err != nil {
+					t.Fatalf("after the loss: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// "Overloaded, do not retry" from a verifier is passed back with its
+// pushback and never retried, even with budget to spare.
+func TestVerifierOverloadNotRetried(t *testing.T) {
+	one := func(c *verifier.Config) { c.Workers, c.QueueCapacity = 1, 1 }
+	v1, v2 := startVerifier(t, one), startVerifier(t, one)
+	cfg := gatewayConfig(v1.addr, v2.addr)
+	bs := startBudget(t, budgetd.Settings{Ratio: 1, Burst: 100, MinPerSecond: 100})
+	cfg.BudgetTarget = bs.Addr()
+	cfg.Admission.InitialLimit, cfg.Admission.Ceiling = 50, 50
+	gw := startGateway(t, cfg)
+	gw.waitServing(t, 2)
+	waitFor(t, 10*time.Second, "a budget lease", func() bool { return gw.g.retry.Allow() })
+	v1.slow(t, 100)
+	v2.slow(t, 100)
+	stored := storedHash("pw", 1024, 1)
+
+	var wg sync.WaitGroup
+	var results tally
+	for range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")})
+			results.add(code(err).String())
+		}()
+	}
+	wg.Wait()
+	t.Logf("results: %v", results.snapshot())
+	if results.get("ResourceExhausted") == 0 {
+		t.Fatalf("no verifier refusal; the test did not overload the verifiers: %v", results.snapshot())
+	}
+	if got := gw.metric(t, "levee_gateway_fleet_retries_total", nil); got != 0 {
+		t.Errorf("fleet retries = %v after verifier overload refusals; want 0", got)
+	}
+	if got := gw.metric(t, "levee_gateway_verifier_results_total", map[string]string{"result": "overloaded"}); got != float64(results.get("ResourceExhausted")) {
+		t.Errorf("overloaded hops %v, refusals returned %d", got, results.get("ResourceExhausted"))
+	}
+}

@@ -1,0 +1,290 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// MaxSettingsSize bounds the runtime settings value read from etcd.
+const MaxSettingsSize = 16 << 10
+
+// Settings are the gateway's runtime settings, stored as one JSON object
+// under Config.SettingsKey and applied to every gateway within one watch round
+// trip, without a restart. Every field is optional: a missing field keeps the
+// gateway's configured value, and deleting the key restores them all. Unknown
+// fields are errors, so that a typo is refused rather than ignored.
+//
+//	{"clamp": 40, "ceiling": 500, "critical_reserve": 0.2, "batch_share": 0.5,
+//	 "retry_share": 0.9, "autopilot": true, "client_timeout": "2s",
+//	 "breaker_failure_rate": 0.5, "breaker_open_for": "5s",
+//	 "breaker_min_requests": 20}
+type Settings struct {
+	// Clamp caps the concurrency limit (0: no clamp). The operator's way to
+	// shed load without a deploy.
+	Clamp *int `json:"clamp,omitempty"`
+	// Ceiling is the most the adaptive limit may grow to.
+	Ceiling *int `json:"ceiling,omitempty"`
+	// CriticalReserve, BatchShare and RetryShare divide the limit among
+	// priorities (see admission.Config).
+	CriticalReserve *float64 `json:"critical_reserve,omitempty"`
+	BatchShare      *float64 `json:"batch_share,omitempty"`
+	RetryShare      *float64 `json:"retry_share,omitempty"`
+	// Autopilot turns the recovery autopilot on or off.
+	Autopilot *bool `json:"autopilot,omitempty"`
+	// ClientTimeout is the autopilot's typical client timeout.
+	ClientTimeout *Duration `json:"client_timeout,omitempty"`
+	// Breaker settings; a change gives every verifier a fresh breaker.
+	BreakerFailureRate *float64  `json:"breaker_failure_rate,omitempty"`
+	BreakerOpenFor     *Duration `json:"breaker_open_for,omitempty"`
+	BreakerMinRequests *int      `json:"breaker_min_requests,omitempty"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("250ms").
+type Duration time.Duration
+
+// MarshalJSON implements json.Marshaler.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration string such as \"2s\", got %s", truncate(string(b), 32))
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration string such as \"2s\", got %q", truncate(s, 32))
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// ParseSettings reads runtime settings as stored in etcd and checks every
+// field's range. The error names the field and the problem.
+func ParseSettings(data []byte) (Settings, error) {
+	var s Settings
+	if len(data) > MaxSettingsSize {
+		return s, fmt.Errorf("settings are %d bytes, more than the %d allowed", len(data), MaxSettingsSize)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return Settings{}, settingsJSONError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Settings{}, errors.New("invalid JSON: data after the object")
+	}
+	return s, s.Validate()
+}
+
+func settingsJSONError(err error) error {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return fmt.Errorf("invalid JSON at byte %d: %v", syntax.Offset, syntax)
+	case errors.As(err, &typ):
+		return fmt.Errorf("invalid JSON: %s must be a %s, got %s", typ.Field, typ.Type, typ.Value)
+	case errors.Is(err, io.EOF):
+		return errors.New("invalid JSON: empty value")
+	case strings.HasPrefix(err.Error(), "json: unknown field"):
+		return fmt.Errorf("unknown field %s (see gateway.Settings for the names)", strings.TrimPrefix(err.Error(), "json: unknown field "))
+	}
+	return fmt.Errorf("invalid JSON: %v", err)
+}
+
+// Validate checks every present field's range.
+func (s Settings) Validate() error {
+	fraction := func(name string, v *float64, lo float64, loOpen bool) error {
+		if v == nil {
+			return nil
+		}
+		if *v > 1 || *v < lo || (loOpen && *v == lo) || *v != *v {
+			open := "["
+			if loOpen {
+				open = "("
+			}
+			return fmt.Errorf("%s must be in %s%v, 1], got %v", name, open, lo, *v)
+		}
+		return nil
+	}
+	switch {
+	case s.Clamp != nil && (*s.Clamp < 0 || *s.Clamp > 1_000_000):
+		return fmt.Errorf("clamp must be in [0, 1000000] (0: none), got %d", *s.Clamp)
+	case s.Ceiling != nil && (*s.Ceiling < 1 || *s.Ceiling > 1_000_000):
+		return fmt.Errorf("ceiling must be in [1, 1000000], got %d", *s.Ceiling)
+	case s.ClientTimeout != nil && (*s.ClientTimeout <= 0 || time.Duration(*s.ClientTimeout) > time.Hour):
+		return fmt.Errorf("client_timeout must be in (0, 1h], got %v", time.Duration(*s.ClientTimeout))
+	case s.BreakerOpenFor != nil && (*s.BreakerOpenFor <= 0 || time.Duration(*s.BreakerOpenFor) > time.Hour):
+		return fmt.Errorf("breaker_open_for must be in (0, 1h], got %v", time.Duration(*s.BreakerOpenFor))
+	case s.BreakerMinRequests != nil && (*s.BreakerMinRequests < 1 || *s.BreakerMinRequests > 1_000_000):
+		return fmt.Errorf("breaker_min_requests must be in [1, 1000000], got %d", *s.BreakerMinRequests)
+	}
+	for _, f := range []struct {
+		name   string
+		v      *float64
+		lo     float64
+		loOpen bool
+	}{
+		{"critical_reserve", s.CriticalReserve, 0, false},
+		{"batch_share", s.BatchShare, 0, true},
+		{"retry_share", s.RetryShare, 0, true},
+		{"breaker_failure_rate", s.BreakerFailureRate, 0, true},
+	} {
+		if err := fraction(f.name, f.v, f.lo, f.loOpen); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// String renders the settings as their JSON, for logs.
+func (s Settings) String() string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// Merge returns s with every field set in t replacing its own: how the
+// command-line tool edits one setting and keeps the rest.
+func (s Settings) Merge(t Settings) Settings {
+	if t.Clamp != nil {
+		s.Clamp = t.Clamp
+	}
+	if t.Ceiling != nil {
+		s.Ceiling = t.Ceiling
+	}
+	if t.CriticalReserve != nil {
+		s.CriticalReserve = t.CriticalReserve
+	}
+	if t.BatchShare != nil {
+		s.BatchShare = t.BatchShare
+	}
+	if t.RetryShare != nil {
+		s.RetryShare = t.RetryShare
+	}
+	if t.Autopilot != nil {
+		s.Autopilot = t.Autopilot
+	}
+	if t.ClientTimeout != nil {
+		s.ClientTimeout = t.ClientTimeout
+	}
+	if t.BreakerFailureRate != nil {
+		s.BreakerFailureRate = t.BreakerFailureRate
+	}
+	if t.BreakerOpenFor != nil {
+		s.BreakerOpenFor = t.BreakerOpenFor
+	}
+	if t.BreakerMinRequests != nil {
+		s.BreakerMinRequests = t.BreakerMinRequests
+	}
+	return s
+}
+
+// ParseAssignments reads "name=value" pairs as the command-line tool takes
+// them (clamp=40 autopilot=false client_timeout=2s) into Settings.
+func ParseAssignments(args []string) (Settings, error) {
+	var parts []string
+	for _, a := range args {
+		name, value, ok := strings.Cut(a, "=")
+		if !ok || name == "" {
+			return Settings{}, fmt.Errorf("%q is not name=value", truncate(a, 64))
+		}
+		raw := value
+		if !isJSONScalar(value) {
+			raw = fmt.Sprintf("%q", value)
+		}
+		parts = append(parts, fmt.Sprintf("%q:%s", name, raw))
+	}
+	return ParseSettings([]byte("{" + strings.Join(parts, ",") + "}"))
+}
+
+func isJSONScalar(v string) bool {
+	var x any
+	if err := json.Unmarshal([]byte(v), &x); err != nil {
+		return false
+	}
+	switch x.(type) {
+	case float64, bool, nil:
+		return true
+	}
+	return false
+}
+
+// EditSettings is the command-line side of runtime settings, on the etcd key
+// key: "get" prints them, "set" merges name=value assignments into them (an
+// atomic read-modify-write: a concurrent edit is never lost), "delete"
+// removes them so every gateway returns to its configured values. What is
+// written is validated first; gateways also validate what they read.
+func EditSettings(ctx context.Context, cli *clientv3.Client, key, verb string, args []string, w io.Writer) error {
+	switch verb {
+	case "get":
+		resp, err := cli.Get(ctx, key)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", key, err)
+		}
+		if len(resp.Kvs) == 0 {
+			fmt.Fprintf(w, "%s: none set; gateways use their configured values\n", key)
+			return nil
+		}
+		s, err := ParseSettings(resp.Kvs[0].Value)
+		if err != nil {
+			fmt.Fprintf(w, "%s (revision %d) is INVALID, gateways keep their last good settings: %v\n",
+				key, resp.Kvs[0].ModRevision, err)
+			return nil
+		}
+		fmt.Fprintf(w, "%s (revision %d): %s\n", key, resp.Kvs[0].ModRevision, s)
+		return nil
+	case "set":
+		change, err := ParseAssignments(args)
+		if err != nil {
+			return err
+		}
+		if len(args) == 0 {
+			return errors.New("set: want name=value assignments, e.g. clamp=40")
+		}
+		for {
+			resp, err := cli.Get(ctx, key)
+			if err != nil {
+				return fmt.Errorf("read %s: %w", key, err)
+			}
+			var cur Settings
+			var rev int64
+			if len(resp.Kvs) > 0 {
+				rev = resp.Kvs[0].ModRevision
+				if cur, err = ParseSettings(resp.Kvs[0].Value); err != nil {
+					cur = Settings{} // replace an invalid value outright
+				}
+			}
+			next := cur.Merge(change)
+			if err := next.Validate(); err != nil {
+				return err
+			}
+			txn, err := cli.Txn(ctx).
+				If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+				Then(clientv3.OpPut(key, next.String())).
+				Commit()
+			if err != nil {
+				return fmt.Errorf("write %s: %w", key, err)
+			}
+			if txn.Succeeded {
+				fmt.Fprintf(w, "%s (revision %d): %s\n", key, txn.Header.Revision, next)
+				return nil
+			}
+		}
+	case "delete":
+		if _, err := cli.Delete(ctx, key); err != nil {
+			return fmt.Errorf("delete %s: %w", key, err)
+		}
+		fmt.Fprintf(w, "%s deleted; gateways use their configured values\n", key)
+		return nil
+	}
+	return fmt.Errorf("unknown settings verb %q (want get, set or delete)", verb)
+}

@@ -1,0 +1,187 @@
+package gateway
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+
+	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
+	"github.com/leveehq/levee/pkg/callmeta"
+)
+
+func etcdClient(t *testing.T, endpoints []string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// A clamp written to etcd changes admission within one watch round trip, on
+// a running gateway; a malformed value is rejected and the last good
+// settings stay; deleting the key restores the configured values.
+func TestSettingsFromEtcd(t *testing.T) {
+	endpoints := budgetdtest.StartEtcd(t)
+	cli := etcdClient(t, endpoints)
+	v := startVerifier(t, nil)
+	cfg := gatewayConfig(v.addr)
+	cfg.EtcdEndpoints = endpoints
+	cfg.Admission.InitialLimit, cfg.Admission.MinLimit = 20, 20
+	gw := startGateway(t, cfg)
+	gw.waitServing(t, 1)
+	ctx := context.Background()
+	key := cfg.SettingsKey
+
+	// Our own watch on the key: the gateway must apply a change within a
+	// small slack of when a watcher sees it.
+	wch := cli.Watch(ctx, key)
+	put := func(value string) (seen time.Duration) {
+		t.Helper()
+		start := time.Now()
+		if _, err := cli.Put(ctx, key, value); err != nil {
+			t.Fatal(err)
+		}
+		<-wch
+		return time.Since(start)
+	}
+
+	start := time.Now()
+	seen := put(`{"clamp": 1}`)
+	waitFor(t, 2*time.Second, "clamp applied", func() bool { return gw.g.limiter.Limit() == 1 })
+	t.Logf("clamp applied after %v (a watcher saw the write after %v)", time.Since(start), seen)
+
+	// Admission changed: with one call in flight, the next is refused.
+	v.slow(t, 100)
+	stored := storedHash("pw", 2048, 1)
+	critical := callmeta.AppendOutgoing(ctx, callmeta.Facts{Priority: callmeta.Critical})
+	done := make(chan error, 1)
+	go func() {
+		_, err := gw.client.Verify(critical, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")})
+		done <- err
+	}()
+	waitFor(t, 5*time.Second, "one call in flight", func() bool { return gw.g.limiter.InFlight() == 1 })
+	_, err := gw.client.Verify(critical, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")})
+	if code(err) != codes.ResourceExhausted {
+		t.Errorf("second call under clamp 1: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("first call: %v", err)
+	}
+
+	t.Run("malformed keeps the last good", func(t *testing.T) {
+		for i, bad := range []string{`{"clamp": -1}`, `{"clamp": 3, "typo": 1}`, `not json`, `{"batch_share": 2}`,
+			// Valid alone, but batch would outrank interactive retries.
+			`{"clamp": 3, "batch_share": 0.9}`} {
+			put(bad)
+			waitFor(t, 2*time.Second, "rejection counted", func() bool {
+				return gw.metric(t, "levee_gateway_config_errors_total", nil) == float64(i+1)
+			})
+			if got := gw.g.limiter.Limit(); got != 1 {
+				t.Errorf("after %s: limit %d, want the last good clamp 1", bad, got)
+			}
+		}
+	})
+
+	t.Run("several fields", func(t *testing.T) {
+		put(`{"clamp": 12, "critical_reserve": 0.5, "batch_share": 0.4, "autopilot": false, "client_timeout": "3s"}`)
+		waitFor(t, 2*time.Second, "settings applied", func() bool { return gw.g.limiter.Limit() == 12 })
+		if got := gw.g.limiter.Threshold(admissionClass(callmeta.Interactive, false)); got != 6 {
+			t.Errorf("interactive threshold %d with critical_reserve 0.5 of 12, want 6", got)
+		}
+		if gw.g.auto.enabled.Load() || gw.g.auto.clientTimeout() != 3*time.Second {
+			t.Errorf("autopilot enabled=%v timeout=%v, want false, 3s", gw.g.auto.enabled.Load(), gw.g.auto.clientTimeout())
+		}
+	})
+
+	t.Run("delete restores the configuration", func(t *testing.T) {
+		if _, err := cli.Delete(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 2*time.Second, "clamp removed", func() bool { return gw.g.limiter.Snapshot().Clamp == 0 })
+		if got := gw.g.limiter.Limit(); got < 20 {
+			t.Errorf("limit %d after the clamp was deleted, want the adaptive ≥ 20", got)
+		}
+	})
+}
+
+func TestParseSettings(t *testing.T) {
+	ok := []string{
+		`{}`,
+		`{"clamp": 0}`,
+		`{"clamp": 40, "ceiling": 500, "critical_reserve": 0.2, "batch_share": 0.5, "retry_share": 0.9,
+		  "autopilot": true, "client_timeout": "2s", "breaker_failure_rate": 0.5, "breaker_open_for": "5s",
+		  "breaker_min_requests": 20}`,
+	}
+	for _, s := range ok {
+		if _, err := ParseSettings([]byte(s)); err != nil {
+			t.Errorf("ParseSettings(%s) = %v, want ok", s, err)
+		}
+	}
+	bad := map[string]string{
+		``:                                 "empty",
+		`[]`:                               "invalid JSON",
+		`{"clamp": -1}`:                    "clamp must be in",
+		`{"clamp": 1.5}`:                   "clamp must be a int",
+		`{"ceiling": 0}`:                   "ceiling must be in",
+		`{"critical_reserve": 1.5}`:        "critical_reserve must be in",
+		`{"batch_share": 0}`:               "batch_share must be in (0, 1]",
+		`{"client_timeout": "soon"}`:       "duration string",
+		`{"client_timeout": "-1s"}`:        "client_timeout must be in",
+		`{"breaker_open_for": 5}`:          "duration string",
+		`{"typo": 1}`:                      `unknown field "typo"`,
+		`{"clamp": 1} {"clamp": 2}`:        "data after the object",
+		`{"breaker_min_requests": 0}`:      "breaker_min_requests must be in",
+		`{"breaker_failure_rate": 1.01}`:   "breaker_failure_rate must be in",
+		`{"autopilot": "yes"}`:             "autopilot must be a bool",
+		strings.Repeat(" ", 17<<10) + "{}": "more than the",
+	}
+	for in, want := range bad {
+		_, err := ParseSettings([]byte(in))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseSettings(%.40q) = %v, want an error containing %q", in, err, want)
+		}
+	}
+}
+
+func TestParseAssignments(t *testing.T) {
+	s, err := ParseAssignments([]string{"clamp=40", "autopilot=false", "client_timeout=1500ms", "batch_share=0.4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *s.Clamp != 40 || *s.Autopilot || time.Duration(*s.ClientTimeout) != 1500*time.Millisecond || *s.BatchShare != 0.4 {
+		t.Errorf("ParseAssignments = %s", s)
+	}
+	for _, in := range [][]string{{"clamp"}, {"=3"}, {"clamp=x"}, {"nope=1"}} {
+		if _, err := ParseAssignments(in); err == nil {
+			t.Errorf("ParseAssignments(%q) = nil error", in)
+		}
+	}
+}
+
+func FuzzParseSettings(f *testing.F) {
+	for _, s := range []string{`{}`, `{"clamp": 40}`, `{"client_timeout": "2s", "autopilot": true}`, `{"batch_share": 0.5}`, `x`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := ParseSettings(data)
+		if err != nil {
+			return
+		}
+		if err := s.Validate(); err != nil {
+			t.Fatalf("ParseSettings accepted %q but Validate says %v", data, err)
+		}
+		// What parses must survive a round trip.
+		again, err := ParseSettings([]byte(s.String()))
+		if err != nil || again.String() != s.String() {
+			t.Fatalf("round trip of %q: %s, %v", data, again, err)
+		}
+	})
+}

@@ -1,0 +1,269 @@
+// Package fleet runs a whole Levee fleet in one process: an embedded etcd,
+// one budgetd, several verifiers that register in etcd, and a gateway that
+// finds them there and draws its retries from budgetd. Every component is the
+// same library its own binary runs, talking to the others over real sockets on
+// loopback, so what works here works split across machines.
+//
+// It is what `levee local` runs, and what tests and benchmarks use to stand up
+// a fleet.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime"
+	"strconv"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/leveehq/levee/pkg/budgetd"
+	"github.com/leveehq/levee/pkg/gateway"
+	"github.com/leveehq/levee/pkg/verifier"
+	"github.com/leveehq/levee/pkg/verify"
+)
+
+// Config describes a local fleet. Start from DefaultConfig.
+type Config struct {
+	// Etcd is the embedded etcd (data directory, client and peer URLs).
+	Etcd budgetd.EmbeddedEtcdConfig
+	// Host is the address every component listens on.
+	Host string
+	// GatewayPort, BudgetdPort and VerifierPort are gRPC ports; verifier i
+	// (from 0) listens on VerifierPort+i. Metrics listen on the gRPC port
+	// + MetricsOffset. Port 0 picks free ports (and no metrics).
+	GatewayPort, BudgetdPort, VerifierPort int
+	MetricsOffset                          int
+	// Verifiers is how many verifiers to run.
+	Verifiers int
+	// Workers per verifier: by default the cores shared among verifiers.
+	Workers int
+	// Policy is the verifiers' hashing policy.
+	Policy verify.Policy
+	// EnableCapacityKnob lets experiments slow verifiers down.
+	EnableCapacityKnob bool
+	// Logger receives every component's logs, each tagged with its name.
+	Logger *slog.Logger
+	// Mutate, if set, adjusts each component's configuration before start.
+	MutateGateway  func(*gateway.Config)
+	MutateVerifier func(i int, c *verifier.Config)
+	MutateBudgetd  func(*budgetd.Config)
+}
+
+// DefaultConfig is the fleet `levee local` starts: two verifiers, ports
+// 7700 (gateway), 7702 (budgetd), 7711+ (verifiers), metrics at +2000.
+func DefaultConfig() Config {
+	return Config{
+		Etcd: budgetd.EmbeddedEtcdConfig{
+			DataDir:   "levee-local.etcd",
+			ClientURL: "http://127.0.0.1:2379",
+			PeerURL:   "http://127.0.0.1:2380",
+			Name:      "levee-local",
+		},
+		Host:          "127.0.0.1",
+		GatewayPort:   7700,
+		BudgetdPort:   7702,
+		VerifierPort:  7711,
+		MetricsOffset: 2000,
+		Verifiers:     2,
+		Policy:        verify.DefaultPolicy(),
+	}
+}
+
+// Addresses are where the fleet's components listen.
+type Addresses struct {
+	Etcd            []string
+	Gateway         string
+	GatewayMetrics  string
+	Budgetd         string
+	BudgetdMetrics  string
+	Verifiers       []string
+	VerifierMetrics []string
+}
+
+// Run starts the fleet, calls ready (if not nil) once every component has
+// started and the gateway sees every verifier, and runs until ctx ends; then
+// it stops the gateway, the verifiers (draining), budgetd and etcd, in that
+// order, and returns after all of them have.
+func Run(ctx context.Context, cfg Config, ready func(Addresses)) error {
+	if cfg.Verifiers < 1 {
+		return fmt.Errorf("fleet: Verifiers must be at least 1, got %d", cfg.Verifiers)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = max(1, runtime.GOMAXPROCS(0)/cfg.Verifiers)
+	}
+	etcd, err := budgetd.StartEmbeddedEtcd(cfg.Etcd, log.With("component", "etcd"), slog.LevelError)
+	if err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
+	defer etcd.Close()
+	endpoints := etcd.Endpoints()
+
+	// Listen first, so that every address is known (port 0 included) and
+	// taken before anything dials it.
+	listen := func(port int) (net.Listener, net.Listener, error) {
+		lis, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(port)))
+		if err != nil || port == 0 || cfg.MetricsOffset == 0 {
+			return lis, nil, err
+		}
+		mlis, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(port+cfg.MetricsOffset)))
+		if err != nil {
+			lis.Close()
+			return nil, nil, err
+		}
+		return lis, mlis, nil
+	}
+	var closers []net.Listener
+	closeAll := func() {
+		for _, l := range closers {
+			if l != nil {
+				l.Close()
+			}
+		}
+	}
+	addrOf := func(l net.Listener) string {
+		if l == nil {
+			return ""
+		}
+		return l.Addr().String()
+	}
+	var addrs Addresses
+	addrs.Etcd = endpoints
+
+	blis, bmlis, err := listen(cfg.BudgetdPort)
+	if err != nil {
+		return fmt.Errorf("fleet: budgetd: %w", err)
+	}
+	closers = append(closers, blis, bmlis)
+	addrs.Budgetd, addrs.BudgetdMetrics = addrOf(blis), addrOf(bmlis)
+
+	type vl struct{ lis, mlis net.Listener }
+	var vls []vl
+	for i := range cfg.Verifiers {
+		port := 0
+		if cfg.VerifierPort != 0 {
+			port = cfg.VerifierPort + i
+		}
+		lis, mlis, err := listen(port)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("fleet: verifier %d: %w", i, err)
+		}
+		closers = append(closers, lis, mlis)
+		vls = append(vls, vl{lis, mlis})
+		addrs.Verifiers = append(addrs.Verifiers, addrOf(lis))
+		addrs.VerifierMetrics = append(addrs.VerifierMetrics, addrOf(mlis))
+	}
+	glis, gmlis, err := listen(cfg.GatewayPort)
+	if err != nil {
+		closeAll()
+		return fmt.Errorf("fleet: gateway: %w", err)
+	}
+	closers = append(closers, glis, gmlis)
+	addrs.Gateway, addrs.GatewayMetrics = addrOf(glis), addrOf(gmlis)
+
+	bcfg := budgetd.DefaultConfig()
+	bcfg.EtcdEndpoints = endpoints
+	bcfg.AdvertiseAddr = addrs.Budgetd
+	bcfg.Logger = log.With("component", "budgetd")
+	if cfg.MutateBudgetd != nil {
+		cfg.MutateBudgetd(&bcfg)
+	}
+	bsrv, err := budgetd.New(bcfg)
+	if err != nil {
+		closeAll()
+		return fmt.Errorf("fleet: budgetd: %w", err)
+	}
+
+	vsrvs := make([]*verifier.Server, cfg.Verifiers)
+	for i := range cfg.Verifiers {
+		vc := verifier.DefaultConfig()
+		vc.Workers = cfg.Workers
+		vc.Policy = cfg.Policy
+		vc.EtcdEndpoints = endpoints
+		vc.AdvertiseAddr = addrs.Verifiers[i]
+		vc.EnableCapacityKnob = cfg.EnableCapacityKnob
+		vc.Logger = log.With("component", "verifier", "verifier", i+1)
+		if cfg.MutateVerifier != nil {
+			cfg.MutateVerifier(i, &vc)
+		}
+		if vsrvs[i], err = verifier.New(vc); err != nil {
+			for _, v := range vsrvs[:i] {
+				v.Close()
+			}
+			closeAll()
+			return fmt.Errorf("fleet: verifier %d: %w", i, err)
+		}
+	}
+
+	gcfg := gateway.DefaultConfig()
+	gcfg.EtcdEndpoints = endpoints
+	gcfg.BudgetTarget = addrs.Budgetd
+	gcfg.Logger = log.With("component", "gateway")
+	if cfg.MutateGateway != nil {
+		cfg.MutateGateway(&gcfg)
+	}
+	gw, err := gateway.New(gcfg)
+	if err != nil {
+		for _, v := range vsrvs {
+			v.Close()
+		}
+		closeAll()
+		return fmt.Errorf("fleet: gateway: %w", err)
+	}
+
+	// Stop order: the gateway first (no new work), then the verifiers
+	// (drain), then budgetd; etcd last (deferred above).
+	gctx, stopGateway := context.WithCancel(context.Background())
+	vctx, stopVerifiers := context.WithCancel(context.Background())
+	bctx, stopBudgetd := context.WithCancel(context.Background())
+	var gw1, vg, bg errgroup.Group
+	bg.Go(func() error { return bsrv.Serve(bctx, blis, bmlis) })
+	for i, v := range vsrvs {
+		vg.Go(func() error { return v.Serve(vctx, vls[i].lis, vls[i].mlis) })
+	}
+	gw1.Go(func() error { return gw.Serve(gctx, glis, gmlis) })
+
+	// Wait for the gateway to see every verifier (each registers after its
+	// warm-up), or for the fleet to fail or be stopped.
+	failed := make(chan error, 1)
+	go func() {
+		err := errors.Join(gw1.Wait())
+		failed <- err
+	}()
+	var runErr error
+	tick := time.NewTicker(20 * time.Millisecond)
+	announced := false
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			break wait
+		case runErr = <-failed:
+			break wait
+		case <-tick.C:
+			if !announced && gw.ServingVerifiers() == cfg.Verifiers {
+				announced = true
+				if ready != nil {
+					ready(addrs)
+				}
+			}
+		}
+	}
+	tick.Stop()
+	stopGateway()
+	if runErr == nil {
+		runErr = <-failed
+	}
+	stopVerifiers()
+	runErr = errors.Join(runErr, vg.Wait())
+	stopBudgetd()
+	return errors.Join(runErr, bg.Wait())
+}

@@ -1,0 +1,102 @@
+package fleet
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/pkg/verify"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// The whole fleet in one process: the gateway finds both verifiers through
+// etcd, answers through them, leases retry tokens from budgetd, and the
+// fleet stops cleanly.
+func TestLocalFleet(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Etcd.DataDir = t.TempDir()
+	cfg.Etcd.ClientURL = "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+	cfg.Etcd.PeerURL = "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+	cfg.GatewayPort, cfg.BudgetdPort, cfg.VerifierPort = 0, 0, 0
+	cfg.Workers = 1
+	cfg.Policy = verify.Policy{Params: verify.Params{Memory: 64, Iterations: 1, Parallelism: 1}, SaltLen: 16, KeyLen: 32}
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ready := make(chan Addresses, 1)
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, func(a Addresses) { ready <- a }) }()
+	var a Addresses
+	select {
+	case a = <-ready:
+	case err := <-done:
+		t.Fatalf("fleet ended before it was ready: %v", err)
+	}
+	if len(a.Verifiers) != 2 || a.Gateway == "" || a.Budgetd == "" {
+		t.Fatalf("addresses %+v", a)
+	}
+
+	cc, err := grpc.NewClient(a.Gateway, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	client := verifyv1.NewVerifyServiceClient(cc)
+	h, err := client.Hash(ctx, &verifyv1.HashRequest{Password: []byte("local secret")})
+	if err != nil {
+		t.Fatalf("Hash through the gateway: %v", err)
+	}
+	for pw, want := range map[string]bool{"local secret": true, "wrong": false} {
+		resp, err := client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: h.GetEncodedHash(), Password: []byte(pw)})
+		if err != nil || resp.GetMatch() != want {
+			t.Errorf("Verify(%q) = %v, %v; want match=%v", pw, resp, err, want)
+		}
+	}
+
+	// The gateway leases its retry budget from this fleet's budgetd.
+	bcc, err := grpc.NewClient(a.Budgetd, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bcc.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st, err := budgetv1.NewBudgetServiceClient(bcc).Status(ctx, &budgetv1.StatusRequest{Key: "gateway"})
+		if err == nil && len(st.GetBudgets()) == 1 && len(st.GetBudgets()[0].GetClients()) >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("budgetd never saw the gateway's key: %v, %v", st, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("fleet stopped with %v", err)
+	}
+}

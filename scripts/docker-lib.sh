@@ -1,0 +1,41 @@
+# shellcheck shell=bash disable=SC2034 # the variables are for the sourcing scripts
+# Sourced by the scripts/docker-*.sh scripts; not run on its own. The caller
+# has already changed to the repository root.
+
+# The two images docker-compose.yml runs. ETCD_IMAGE must be the image named
+# in docker-compose.yml: check_compose_images fails when they drift apart.
+LEVEE_IMAGE=levee/levee:dev
+ETCD_IMAGE=gcr.io/etcd-development/etcd:v3.5.17
+
+# Pinned tools, built from the Go module proxy.
+GRPC_HEALTH_PROBE=github.com/grpc-ecosystem/grpc-health-probe@v0.4.63
+GRPCURL=github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4
+
+# Build output, ignored by git: image/ is what the Levee image holds
+# (/usr/local/bin), host/ holds tools the scripts run on this machine.
+IMAGE_BIN=deploy/bin/image
+HOST_BIN=deploy/bin/host
+
+die() {
+  echo "$(basename "$0"): $*" >&2
+  exit 1
+}
+
+# compose runs Compose v2 (docker compose) when it is installed, else the
+# standalone docker-compose (v1.27 or later reads the same file).
+compose() {
+  if docker compose version >/dev/null 2>&1; then
+    docker compose "$@"
+  elif command -v docker-compose >/dev/null; then
+    docker-compose "$@"
+  else
+    die "neither 'docker compose' nor 'docker-compose' is installed"
+  fi
+}
+
+check_compose_images() {
+  grep -q "image: $ETCD_IMAGE\$" docker-compose.yml ||
+    die "docker-compose.yml does not run $ETCD_IMAGE: update ETCD_IMAGE in scripts/docker-lib.sh"
+  grep -q "image: $LEVEE_IMAGE\$" docker-compose.yml ||
+    die "docker-compose.yml does not run $LEVEE_IMAGE: update LEVEE_IMAGE in scripts/docker-lib.sh"
+}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,7 +14,9 @@ import (
 	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
 	"github.com/leveehq/levee/pkg/callmeta"
+	"github.com/leveehq/levee/pkg/verifier"
 )
 
 // Client → gateway → two verifiers over 127.0.0.1: answers, balancing,
@@ -217,4 +220,100 @@ func mustParse(t *testing.T, g *Gateway, s string) *verifyHash {
 		t.Fatal(err)
 	}
 	return h
+}
+
+// Registration and de-registration through a real etcd, and a verifier
+// killed mid-load: only the calls in flight on it are lost, and the gateway
+// stops routing to it within a second.
+func TestFleetThroughEtcd(t *testing.T) {
+	endpoints := budgetdtest.StartEtcd(t)
+	registered := func(c *verifier.Config) {
+		c.EtcdEndpoints = endpoints
+		c.RegistryTTL = 2 * time.Second
+	}
+	v1, v2, v3 := startVerifier(t, registered), startVerifier(t, registered), startVerifier(t, registered)
+	cfg := gatewayConfig()
+	cfg.EtcdEndpoints = endpoints
+	cfg.Admission.InitialLimit, cfg.Admission.MinLimit, cfg.Admission.Ceiling = 64, 64, 64
+	gw := startGateway(t, cfg)
+	gw.waitServing(t, 3)
+
+	// A drained verifier deregisters: the gateway forgets it.
+	v3.stop(t)
+	waitFor(t, 5*time.Second, "v3 gone from the gateway", func() bool { return len(gw.g.backends.list()) == 2 })
+
+	for _, v := range []*testVerifier{v1, v2} {
+		v.slow(t, 20)
+	}
+	stored := storedHash("pw", 1024, 1)
+	type result struct {
+		start time.Time
+		err   error
+	}
+	results := make(chan result, 100000)
+	ctx, stopLoad := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				start := time.Now()
+				cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err := gw.client.Verify(cctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")})
+				cancel()
+				results <- result{start, err}
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	var b1 *backend
+	for _, b := range gw.g.backends.list() {
+		if b.addr == v1.addr {
+			b1 = b
+		}
+	}
+	inflight := b1.pending.Load()
+	killed := time.Now()
+	v1.kill()
+	waitFor(t, 2*time.Second, "the gateway to stop routing to v1", func() bool { return !b1.eligible() })
+	detected := time.Since(killed)
+	time.Sleep(time.Second)
+	stopLoad()
+	wg.Wait()
+	close(results)
+
+	var ok, failed, failedLate int
+	for r := range results {
+		switch {
+		case r.err == nil:
+			ok++
+		default:
+			failed++
+			if r.start.After(killed.Add(detected)) {
+				failedLate++
+				t.Logf("failed after detection: %v", r.err)
+			}
+		}
+	}
+	t.Logf("killed v1 with %d calls in flight on it; detected after %v; %d ok, %d failed", inflight, detected, ok, failed)
+	if detected > time.Second {
+		t.Errorf("the gateway kept routing to the dead verifier for %v, want < 1s", detected)
+	}
+	if failedLate > 0 {
+		t.Errorf("%d calls that started after the gateway stopped routing to v1 failed", failedLate)
+	}
+	hopFailures := gw.metric(t, "levee_gateway_verifier_results_total", map[string]string{"verifier": v1.addr, "result": "failure"})
+	if float64(failed) != hopFailures {
+		t.Errorf("%d calls failed but %v hops to v1 failed: every loss must be a call that was on v1", failed, hopFailures)
+	}
+	if failed == 0 || ok == 0 {
+		t.Errorf("%d ok, %d failed: want both (a loaded fleet losing a node)", ok, failed)
+	}
+	// The killed process's registration lives on in this test (its lease
+	// is kept alive in-process); a real crash lets it expire within the TTL
+	// (pkg/registry tests that). Meanwhile the gateway keeps v1 out.
+	if b1.eligible() {
+		t.Errorf("v1 eligible again while dead")
+	}
 }

@@ -111,6 +111,9 @@ type Sample struct {
 	// QueueWait is the verifier's queue wait; read only for OutcomeOK.
 	QueueWait time.Duration
 	Outcome   Outcome
+	// Critical must be true exactly when the call was admitted as a critical
+	// first attempt: the critical reserve counts those in flight.
+	Critical bool
 }
 
 // maxSampleWait caps one sample's queue wait, so that a nonsensical value
@@ -131,6 +134,12 @@ type limits struct {
 	// refusalIsDemand: the adaptive limit is the binding one, so a refusal
 	// shows it is in use (and not a clamp's).
 	refusalIsDemand bool
+	// reserve is how many critical first attempts are admitted whatever
+	// else is in flight: the slots no other class may take. Others admitted
+	// before the limit shrank can hold more than their new share for a
+	// while; critical first attempts keep their reserve meanwhile, so the
+	// total may exceed the limit by at most reserve.
+	reserve int64
 }
 
 // Limiter is an adaptive concurrency limiter. Create it with New. It is safe
@@ -140,6 +149,7 @@ type Limiter struct {
 	// state is read by every Acquire and written a few times a second. They
 	// live on separate cache lines.
 	inflight atomic.Int64
+	critical atomic.Int64 // critical first attempts in flight
 	_        [56]byte
 	state    atomic.Pointer[limits]
 	demand   atomic.Bool // in the current window
@@ -214,10 +224,15 @@ func shareTable(criticalReserve, batchShare, retryShare float64) [numRanks]float
 // answer counts nothing and needs no Release.
 func (l *Limiter) Acquire(c Class) Reason {
 	s := l.state.Load()
-	threshold := s.threshold[c.rank()]
+	rank := c.rank()
+	threshold := s.threshold[rank]
+	critical := rank == rankCritical
 	for {
 		n := l.inflight.Load()
 		if n >= threshold {
+			if critical && l.acquireReserve(s.reserve) {
+				return ReasonAdmitted
+			}
 			if s.refusalIsDemand {
 				l.markDemand()
 			}
@@ -227,10 +242,28 @@ func (l *Limiter) Acquire(c Class) Reason {
 			return ReasonPriority
 		}
 		if l.inflight.CompareAndSwap(n, n+1) {
+			if critical {
+				l.critical.Add(1)
+			}
 			if n+1 >= s.demandAt {
 				l.markDemand()
 			}
 			return ReasonAdmitted
+		}
+	}
+}
+
+// acquireReserve admits a critical first attempt from the critical reserve:
+// while fewer than reserve of them are in flight, whatever else is.
+func (l *Limiter) acquireReserve(reserve int64) bool {
+	for {
+		c := l.critical.Load()
+		if c >= reserve {
+			return false
+		}
+		if l.critical.CompareAndSwap(c, c+1) {
+			l.inflight.Add(1)
+			return true
 		}
 	}
 }
@@ -250,6 +283,9 @@ func (l *Limiter) markDemand() {
 func (l *Limiter) Release(s Sample) {
 	if l.inflight.Add(-1) < 0 {
 		panic("admission: Release without a matching admitted Acquire")
+	}
+	if s.Critical && l.critical.Add(-1) < 0 {
+		panic("admission: Release with Critical for a call not admitted as critical")
 	}
 	var samples int64
 	switch s.Outcome {
@@ -341,6 +377,7 @@ func (l *Limiter) publish() {
 		s.threshold[r] = min(int64(math.Floor(float64(limit)*share+1e-9)), limit)
 	}
 	s.threshold[rankCritical] = limit
+	s.reserve = limit - s.threshold[rankInteractive]
 	l.state.Store(s)
 }
 

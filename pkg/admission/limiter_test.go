@@ -554,3 +554,40 @@ func TestSetShares(t *testing.T) {
 		t.Fatalf("batch threshold after a refused SetShares = %d, want 20 (unchanged)", l.Threshold(batch))
 	}
 }
+
+// After the limit shrinks, calls admitted under the old one can hold more
+// than their new share; critical first attempts still get the reserve the
+// others may never take, and only that.
+func TestCriticalReserveSurvivesAShrink(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.InitialLimit, cfg.Ceiling = 10, 10
+	cfg.Clock = newFakeClock()
+	l, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	interactive := Class{Priority: callmeta.Interactive}
+	for range 8 {
+		if r := l.Acquire(interactive); r != ReasonAdmitted {
+			t.Fatalf("interactive under limit 10: %v", r)
+		}
+	}
+	l.SetClamp(5) // reserve: 5 − floor(5 × 0.8) = 1
+	critical := Class{Priority: callmeta.Critical}
+	if r := l.Acquire(critical); r != ReasonAdmitted {
+		t.Fatalf("critical first attempt with 8 others in flight over a limit of 5: %v, want admitted from the reserve", r)
+	}
+	if r := l.Acquire(critical); r == ReasonAdmitted {
+		t.Fatalf("a second critical first attempt was admitted beyond the reserve of 1")
+	}
+	if r := l.Acquire(Class{Priority: callmeta.Critical, Retry: true}); r == ReasonAdmitted {
+		t.Fatalf("a critical retry was admitted from the reserve")
+	}
+	if got := l.InFlight(); got != 9 {
+		t.Errorf("in flight %d, want 9", got)
+	}
+	l.Release(Sample{Critical: true})
+	if r := l.Acquire(critical); r != ReasonAdmitted {
+		t.Fatalf("critical after its predecessor left: %v, want admitted", r)
+	}
+}

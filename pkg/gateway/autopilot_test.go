@@ -84,17 +84,7 @@ func TestAutopilotRecoversMetastableFleet(t *testing.T) {
 			v2.slow(t, base)
 			stored := storedHash("pw", 1024, 1)
 
-			// Capacity from the service time of calls one at a time: under
-			// concurrency the stretched service time grows with CPU
-			// contention, which would understate it.
-			const probes = 20
-			probeStart := time.Now()
-			for range probes {
-				if _, err := gw.client.Verify(context.Background(), &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			capacity := 4 / (time.Since(probeStart).Seconds() / probes)
+			capacity := capacityOf(t, gw, stored, 4)
 			rate := 0.6 * capacity
 			t.Logf("capacity %.0f/s; offering %.0f logins/s", capacity, rate)
 

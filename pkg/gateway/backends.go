@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/naming/endpoints"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -266,13 +267,25 @@ func (bs *backends) watchHealth(ctx context.Context, b *backend) {
 			for {
 				resp, rerr := stream.Recv()
 				if rerr != nil {
+					err = rerr
 					break
 				}
 				b.serving.Store(resp.GetStatus() == healthpb.HealthCheckResponse_SERVING)
 				back.Reset()
 			}
 		}
-		b.serving.Store(false)
+		if ctx.Err() != nil {
+			return
+		}
+		// A stream that ends while the connection is still up says nothing
+		// about the node (a drain says NOT_SERVING before it ends): keep
+		// the last word and watch again. With the connection down, the
+		// node is out until a new stream says otherwise.
+		if b.cc.GetState() != connectivity.Ready {
+			b.serving.Store(false)
+		}
+		bs.log.Warn("health stream to verifier ended; watching again", "addr", b.addr, "err", err,
+			"serving", b.serving.Load())
 		if !back.Wait(ctx) {
 			return
 		}

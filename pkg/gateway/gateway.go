@@ -408,11 +408,11 @@ func (g *Gateway) Verify(ctx context.Context, req *verifyv1.VerifyRequest) (*ver
 		return nil, err
 	}
 	if err := g.parser.CheckPassword(req.GetPassword()); err != nil {
-		return nil, g.invalid(err)
+		return nil, g.invalid(f, err)
 	}
 	h, err := g.parser.Parse(req.GetEncodedHash())
 	if err != nil {
-		return nil, g.invalid(err)
+		return nil, g.invalid(f, err)
 	}
 	var resp *verifyv1.VerifyResponse
 	err = g.serve(ctx, f, h, g.cost.Estimate(h), func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error {
@@ -430,7 +430,7 @@ func (g *Gateway) Hash(ctx context.Context, req *verifyv1.HashRequest) (*verifyv
 		return nil, err
 	}
 	if err := g.parser.CheckPassword(req.GetPassword()); err != nil {
-		return nil, g.invalid(err)
+		return nil, g.invalid(f, err)
 	}
 	var resp *verifyv1.HashResponse
 	err := g.serve(ctx, f, nil, time.Duration(g.hashCost.Load()), func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error {
@@ -441,8 +441,8 @@ func (g *Gateway) Hash(ctx context.Context, req *verifyv1.HashRequest) (*verifyv
 	return resp, err
 }
 
-func (g *Gateway) invalid(err error) error {
-	g.limiter.Release(admission.Sample{Outcome: admission.OutcomeIgnore})
+func (g *Gateway) invalid(f callmeta.Facts, err error) error {
+	g.limiter.Release(admission.Sample{Outcome: admission.OutcomeIgnore, Critical: f.Priority == callmeta.Critical && f.Attempt <= 1})
 	g.metrics.invalid.Inc()
 	return status.Error(codes.InvalidArgument, err.Error())
 }
@@ -453,7 +453,10 @@ func (g *Gateway) invalid(err error) error {
 func (g *Gateway) serve(ctx context.Context, f callmeta.Facts, h *verify.Hash, expected time.Duration, hop hopFunc) error {
 	arrived := time.Now()
 	outcome := admission.Sample{Outcome: admission.OutcomeIgnore}
-	defer func() { g.limiter.Release(outcome) }()
+	defer func() {
+		outcome.Critical = f.Priority == callmeta.Critical && f.Attempt <= 1
+		g.limiter.Release(outcome)
+	}()
 
 	if !deadline.CanFinish(ctx, expected+g.cfg.Deadline.Margin) {
 		g.metrics.refuse(f, 2)

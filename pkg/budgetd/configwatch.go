@@ -3,51 +3,28 @@ package budgetd
 import (
 	"context"
 	"strings"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leveehq/levee/internal/etcdwatch"
 )
 
 // configPrefix is where settings live: <Prefix>config/<key>.
 func (s *Server) configPrefix() string { return s.cfg.Prefix + "config/" }
 
-// watchConfig keeps the settings table equal to etcd: a full read, then a
-// watch from the revision after it; on a compaction or any watch error, a
-// full read again. Changes apply to the ledgers at once.
+// watchConfig keeps the settings table equal to etcd (etcdwatch.Follow: a
+// full read, then a watch from the revision after it, a full read again after
+// any watch error). Changes apply to the ledgers at once.
 func (s *Server) watchConfig(ctx context.Context, cli *clientv3.Client) {
-	pfx := s.configPrefix()
-	b := newBackoff(50*time.Millisecond, s.cfg.RefreshInterval)
-	for {
-		resp, err := cli.Get(ctx, pfx, clientv3.WithPrefix())
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			s.log.Warn("reading the budget configuration failed; keeping the last good", "err", err)
-			if !b.wait(ctx) {
-				return
-			}
-			continue
-		}
-		s.applyConfigSnapshot(resp.Kvs)
-
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		wch := cli.Watch(wctx, pfx, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
-		for wr := range wch {
-			if err := wr.Err(); err != nil {
-				s.log.Warn("watching the budget configuration failed; reading it again", "err", err)
-				break
-			}
-			s.applyConfigEvents(wr.Events)
-			b.reset()
-		}
-		cancel()
-		if ctx.Err() != nil || !b.wait(ctx) {
-			return
-		}
-	}
+	etcdwatch.Follow(ctx, cli, s.configPrefix(), true, configHandler{s}, s.log, "the budget configuration", s.cfg.RefreshInterval)
 }
+
+// configHandler applies what etcdwatch.Follow reads.
+type configHandler struct{ s *Server }
+
+func (h configHandler) Snapshot(kvs []*mvccpb.KeyValue) { h.s.applyConfigSnapshot(kvs) }
+func (h configHandler) Events(evs []*clientv3.Event)    { h.s.applyConfigEvents(evs) }
 
 func (s *Server) applyConfigSnapshot(kvs []*mvccpb.KeyValue) {
 	pfx := s.configPrefix()

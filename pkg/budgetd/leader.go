@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/leveehq/levee/internal/etcdwatch"
 )
 
 // Errors that end a term; runElection campaigns again after them.
@@ -34,7 +35,7 @@ func fenceMargin(ttl time.Duration) time.Duration {
 
 // runElection campaigns for leadership, term after term, until ctx ends.
 func (s *Server) runElection(ctx context.Context, cli *clientv3.Client) {
-	b := newBackoff(100*time.Millisecond, s.cfg.ElectionTTL)
+	b := etcdwatch.NewBackoff(100*time.Millisecond, s.cfg.ElectionTTL)
 	var stale clientv3.LeaseID // the lease of a session lost, to revoke when etcd is back
 	failing := false           // log an outage once, not every retry
 	for {
@@ -44,7 +45,7 @@ func (s *Server) runElection(ctx context.Context, cli *clientv3.Client) {
 			return
 		}
 		if s.sessions.Load() != sessions { // the term had a session: a new failure
-			b.reset()
+			b.Reset()
 			failing = false
 		}
 		switch {
@@ -54,7 +55,7 @@ func (s *Server) runElection(ctx context.Context, cli *clientv3.Client) {
 			s.log.Warn("budgetd campaigning again", "err", err)
 		}
 		failing = true
-		if !b.wait(ctx) {
+		if !b.Wait(ctx) {
 			return
 		}
 	}
@@ -272,7 +273,7 @@ func (s *Server) stepDown() {
 // under the election prefix is the leader's address.
 func (s *Server) observeLeader(ctx context.Context, cli *clientv3.Client) {
 	pfx := s.electionPrefix() + "/"
-	b := newBackoff(50*time.Millisecond, s.cfg.RefreshInterval)
+	b := etcdwatch.NewBackoff(50*time.Millisecond, s.cfg.RefreshInterval)
 	for {
 		resp, err := cli.Get(ctx, pfx, clientv3.WithFirstCreate()...)
 		if err != nil {
@@ -280,7 +281,7 @@ func (s *Server) observeLeader(ctx context.Context, cli *clientv3.Client) {
 				return
 			}
 			s.log.Debug("reading the leader failed", "err", err)
-			if !b.wait(ctx) {
+			if !b.Wait(ctx) {
 				return
 			}
 			continue
@@ -310,8 +311,8 @@ func (s *Server) observeLeader(ctx context.Context, cli *clientv3.Client) {
 			return
 		}
 		if changed {
-			b.reset()
-		} else if !b.wait(ctx) {
+			b.Reset()
+		} else if !b.Wait(ctx) {
 			return
 		}
 	}
@@ -325,31 +326,5 @@ func (s *Server) setLeaderAddr(addr string) {
 	s.mu.Unlock()
 	if old != addr {
 		s.log.Info("budgetd leader observed", "leader", addr)
-	}
-}
-
-// backoff waits between retries of a failing etcd call: exponential with
-// full jitter, from min up to max.
-type backoff struct {
-	min, max, next time.Duration
-}
-
-func newBackoff(min, max time.Duration) *backoff {
-	return &backoff{min: min, max: max, next: min}
-}
-
-func (b *backoff) reset() { b.next = b.min }
-
-// wait sleeps for the next interval; it returns false if ctx ended first.
-func (b *backoff) wait(ctx context.Context) bool {
-	d := time.Duration(rand.Int64N(int64(b.next)) + 1)
-	b.next = min(2*b.next, b.max)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+	"github.com/leveehq/levee/internal/serving"
 )
 
 var _ budgetv1.BudgetServiceServer = (*Server)(nil)
@@ -162,16 +162,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ListenAddr == "" {
 		return errors.New("budgetd: ListenAddr must be set")
 	}
-	lis, err := net.Listen("tcp", cfg.ListenAddr)
+	lis, mlis, err := serving.Listen("budgetd", cfg.ListenAddr, cfg.MetricsAddr)
 	if err != nil {
-		return fmt.Errorf("budgetd: listen: %w", err)
-	}
-	var mlis net.Listener
-	if cfg.MetricsAddr != "" {
-		if mlis, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
-			lis.Close()
-			return fmt.Errorf("budgetd: metrics listen: %w", err)
-		}
+		return err
 	}
 	return s.Serve(ctx, lis, mlis)
 }
@@ -248,16 +241,7 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) (err error) 
 		}
 		return nil
 	})
-	var hs *http.Server
-	if mlis != nil {
-		hs = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
-		g.Go(func() error {
-			if err := hs.Serve(mlis); !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("budgetd: http: %w", err)
-			}
-			return nil
-		})
-	}
+	stopHTTP := serving.HTTP(g, "budgetd", mlis, s.httpHandler())
 	s.log.Info("budgetd serving", "addr", lis.Addr().String(), "advertise", self, "etcd", where, "endpoints", endpoints)
 	g.Go(func() error {
 		<-gctx.Done()
@@ -276,11 +260,7 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) (err error) 
 			s.grpc.Stop()
 			<-stopped
 		}
-		if hs != nil {
-			sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-			defer cancel()
-			_ = hs.Shutdown(sctx)
-		}
+		stopHTTP()
 		return nil
 	})
 	err = g.Wait()

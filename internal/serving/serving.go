@@ -1,0 +1,52 @@
+// Package serving holds what every Levee server does the same way: open its
+// gRPC and metrics listeners, and run its HTTP side (metrics, status page)
+// under the server's errgroup until the server says stop.
+package serving
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Listen opens the gRPC listener on addr and, unless metricsAddr is empty,
+// the HTTP one (nil otherwise). On error nothing is left open; errors name
+// component.
+func Listen(component, addr, metricsAddr string) (lis, mlis net.Listener, err error) {
+	if lis, err = net.Listen("tcp", addr); err != nil {
+		return nil, nil, fmt.Errorf("%s: listen: %w", component, err)
+	}
+	if metricsAddr != "" {
+		if mlis, err = net.Listen("tcp", metricsAddr); err != nil {
+			lis.Close()
+			return nil, nil, fmt.Errorf("%s: metrics listen: %w", component, err)
+		}
+	}
+	return lis, mlis, nil
+}
+
+// HTTP serves h on lis in a goroutine of g and returns the function that
+// shuts it down, waiting at most a second for requests in progress. With a
+// nil lis it starts nothing and stop does nothing.
+func HTTP(g *errgroup.Group, component string, lis net.Listener, h http.Handler) (stop func()) {
+	if lis == nil {
+		return func() {}
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	g.Go(func() error {
+		if err := hs.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("%s: http: %w", component, err)
+		}
+		return nil
+	})
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = hs.Shutdown(ctx)
+	}
+}

@@ -48,7 +48,8 @@ func (l *userLog) goodput(from, to time.Time) (float64, int) {
 
 // The metastable lab in miniature. The fleet is configured the way that lets
 // congestion outlive its trigger: verifiers with a deep FIFO queue, a gateway
-// whose limit is fixed high, and users who send long deadlines but give up
+// whose limit is fixed high and that may queue at the verifiers (its default
+// sends a verifier no more than its workers can start), and users who send long deadlines but give up
 // after a second without cancelling, then retry (up to 3 attempts) — waiting
 // is abandoned, the work is not. A 3-second slowdown pushes the queue past the
 // users' patience; afterwards the retries keep it there.
@@ -71,6 +72,7 @@ func TestAutopilotRecoversMetastableFleet(t *testing.T) {
 			v1, v2 := startVerifier(t, deep), startVerifier(t, deep)
 			cfg := gatewayConfig(v1.addr, v2.addr)
 			cfg.Admission.InitialLimit, cfg.Admission.MinLimit, cfg.Admission.Ceiling = 300, 300, 300
+			cfg.VerifierQueue = 1000 // and deep queues at the verifiers allowed
 			cfg.Autopilot.Enabled = on
 			cfg.Autopilot.ClientTimeout = time.Second
 			cfg.Autopilot.Tick = 250 * time.Millisecond

@@ -32,7 +32,8 @@ type backend struct {
 	cc      *grpc.ClientConn
 	client  verifyv1.VerifyServiceClient
 	brk     atomic.Pointer[breaker.Breaker]
-	pending atomic.Int64 // calls forwarded and not yet answered
+	pending atomic.Int64 // calls holding a slot on it: forwarded or about to be
+	workers atomic.Int64 // its workers, from its last answer (0: not known yet)
 	serving atomic.Bool  // last word of its health stream
 	retired atomic.Bool  // left the membership; never picked again
 
@@ -42,6 +43,40 @@ type backend struct {
 
 // eligible reports whether b may be picked at all (its breaker aside).
 func (b *backend) eligible() bool { return b.serving.Load() && !b.retired.Load() }
+
+// slots is how many calls b may hold at once: its workers (one until its
+// first answer says how many it runs) plus queue.
+func (b *backend) slots(queue int64) int64 {
+	return max(b.workers.Load(), 1) + queue
+}
+
+// totalSlots is what every eligible verifier can hold at once with queue.
+func (bs *backends) totalSlots(queue int64) int64 {
+	var n int64
+	for _, b := range bs.list() {
+		if b.eligible() {
+			n += b.slots(queue)
+		}
+	}
+	return n
+}
+
+// reserve takes one of b's slots; false if they are all held.
+func (b *backend) reserve(queue int64) bool {
+	limit := b.slots(queue)
+	for {
+		n := b.pending.Load()
+		if n >= limit {
+			return false
+		}
+		if b.pending.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// release gives back a slot taken by reserve.
+func (b *backend) release() { b.pending.Add(-1) }
 
 // backends is the set of verifiers: the static ones plus those registered in
 // etcd. Picking reads an immutable snapshot without locks.
@@ -93,14 +128,19 @@ func newBackends(log *slog.Logger, static []string, newBrk func() *breaker.Break
 func (bs *backends) list() []*backend { return *bs.snap.Load() }
 
 // pick chooses a verifier by the power of two choices on outstanding calls
-// among those eligible and not excluded, asking the breaker of the chosen one
-// (a half-open breaker admits only its ramp's fraction). It returns nil when
-// no verifier will take the call.
-func (bs *backends) pick(exclude *backend) *backend {
+// among those eligible, not excluded and with a free slot (workers + queue,
+// see backend.slots), asks the chosen one's breaker (a half-open breaker
+// admits only its ramp's fraction) and reserves the slot: the caller must
+// release it. It returns nil when no verifier will take the call now.
+func (bs *backends) pick(exclude *backend, queue int64) *backend {
 	list := bs.list()
 	n := len(list)
 	if n == 0 {
 		return nil
+	}
+	try := func(c *backend) bool {
+		return c != exclude && c.eligible() && c.pending.Load() < c.slots(queue) &&
+			c.brk.Load().Allow() && c.reserve(queue)
 	}
 	// Two distinct random candidates, the less loaded first.
 	i := rand.IntN(n)
@@ -112,20 +152,17 @@ func (bs *backends) pick(exclude *backend) *backend {
 	if b.pending.Load() < a.pending.Load() {
 		a, b = b, a
 	}
-	for _, c := range [2]*backend{a, b} {
-		if c != exclude && c.eligible() && c.brk.Load().Allow() {
-			return c
-		}
+	if try(a) {
+		return a
 	}
-	// Both refused: walk the rest from a random start, least loaded first
-	// would need a sort; a random order keeps this O(n) and fair.
+	if b != a && try(b) {
+		return b
+	}
+	// Both full or refused: walk the rest from a random start (O(n), fair).
 	start := rand.IntN(n)
 	for k := range n {
 		c := list[(start+k)%n]
-		if c == a || c == b || c == exclude || !c.eligible() {
-			continue
-		}
-		if c.brk.Load().Allow() {
+		if c != a && c != b && try(c) {
 			return c
 		}
 	}

@@ -58,6 +58,12 @@ type Config struct {
 
 	// Admission configures the edge concurrency limiter.
 	Admission admission.Config
+	// VerifierQueue is how many calls the gateway lets wait at a verifier
+	// beyond its workers (which each verifier reports in its answers). Zero
+	// sends a verifier only what its workers can start at once: Argon2's
+	// service time dwarfs a round trip, so a queue at the verifier adds
+	// latency and no throughput. Critical first attempts may use one more.
+	VerifierQueue int
 	// Breaker configures each verifier's circuit breaker.
 	Breaker breaker.Config
 	// Autopilot configures the recovery autopilot.
@@ -179,6 +185,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Autopilot.Validate(); err != nil {
 		return fmt.Errorf("gateway: %w", err)
+	}
+	if c.VerifierQueue < 0 || c.VerifierQueue > 10000 {
+		return fmt.Errorf("gateway: VerifierQueue must be in [0, 10000], got %d", c.VerifierQueue)
 	}
 	if c.PushbackMin <= 0 || c.PushbackMax < c.PushbackMin {
 		return fmt.Errorf("gateway: pushback range [%v, %v] must be positive and ordered", c.PushbackMin, c.PushbackMax)

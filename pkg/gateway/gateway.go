@@ -33,13 +33,11 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -61,6 +59,7 @@ import (
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/internal/etcdwatch"
+	"github.com/leveehq/levee/internal/serving"
 	"github.com/leveehq/levee/pkg/admission"
 	"github.com/leveehq/levee/pkg/breaker"
 	"github.com/leveehq/levee/pkg/budget"
@@ -232,18 +231,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	lis, err := net.Listen("tcp", cfg.ListenAddr)
+	lis, mlis, err := serving.Listen("gateway", cfg.ListenAddr, cfg.MetricsAddr)
 	if err != nil {
 		g.Close()
-		return fmt.Errorf("gateway: listen: %w", err)
-	}
-	var mlis net.Listener
-	if cfg.MetricsAddr != "" {
-		if mlis, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
-			lis.Close()
-			g.Close()
-			return fmt.Errorf("gateway: metrics listen: %w", err)
-		}
+		return err
 	}
 	return g.Serve(ctx, lis, mlis)
 }
@@ -261,18 +252,7 @@ func (g *Gateway) Serve(ctx context.Context, lis, mlis net.Listener) error {
 		}
 		return nil
 	})
-	var hs *http.Server
-	if mlis != nil {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg}))
-		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		grp.Go(func() error {
-			if err := hs.Serve(mlis); !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("gateway: metrics: %w", err)
-			}
-			return nil
-		})
-	}
+	stopHTTP := serving.HTTP(grp, "gateway", mlis, promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg}))
 	if g.etcd != nil {
 		grp.Go(func() error {
 			etcdwatch.Follow(gctx, g.etcd, g.cfg.VerifiersTarget+"/", true, g.backends, g.log, "verifier registrations", 2*time.Second)
@@ -306,11 +286,7 @@ func (g *Gateway) Serve(ctx context.Context, lis, mlis net.Listener) error {
 			g.grpc.Stop()
 			<-stopped
 		}
-		if hs != nil {
-			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			_ = hs.Shutdown(sctx)
-		}
+		stopHTTP()
 		return nil
 	})
 	g.log.Info("gateway serving", "addr", lis.Addr().String(), "static_verifiers", len(g.cfg.Verifiers),
@@ -318,12 +294,30 @@ func (g *Gateway) Serve(ctx context.Context, lis, mlis net.Listener) error {
 	return grp.Wait()
 }
 
-// housekeep refreshes the gauges, the retry ratios and the gateway's own
-// health once a second.
+// fitCeiling keeps the limit's ceiling at what the verifiers can hold (their
+// workers plus VerifierQueue each), scaled so that the classes below critical
+// share exactly that, and critical work has its reserve on top, in the extra
+// slot each verifier keeps for it: the limiter's priority shares then divide
+// the fleet's real capacity instead of a larger number that per-verifier slots
+// would cut blindly, whatever the priority. It runs when a verifier reports a
+// new worker count and once a second.
+func (g *Gateway) fitCeiling() {
+	st := g.settings.Load()
+	ceiling := int64(intOr(st.Ceiling, g.cfg.Admission.Ceiling))
+	if fleet := g.backends.totalSlots(int64(g.cfg.VerifierQueue)); fleet > 0 {
+		reserve := floatOr(st.CriticalReserve, g.cfg.Admission.CriticalReserve)
+		ceiling = min(ceiling, int64(math.Ceil(float64(fleet)/(1-reserve)-1e-9)))
+	}
+	g.limiter.SetCeiling(int(ceiling))
+}
+
+// housekeep refreshes the gauges, the retry ratios, the ceiling and the
+// gateway's own health once a second.
 func (g *Gateway) housekeep(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
+		g.fitCeiling()
 		list := g.backends.list()
 		serving := false
 		for _, b := range list {
@@ -366,6 +360,8 @@ var (
 		"gateway overloaded: concurrency limit reached; retry after the pushback")
 	errOverShare = status.Error(codes.ResourceExhausted,
 		"gateway overloaded: shedding this priority and attempt class; retry after the pushback")
+	errBusy = status.Error(codes.ResourceExhausted,
+		"gateway overloaded: every verifier's workers are busy; retry after the pushback")
 	errNoVerifier = status.Error(codes.Unavailable,
 		"no verifier available: none serving, or every circuit breaker open; retry after the pushback")
 	errVerifierUnavailable = status.Error(codes.Unavailable,
@@ -380,22 +376,46 @@ func (g *Gateway) pushback(ctx context.Context) {
 	_ = grpc.SetTrailer(ctx, g.pushbacks[rand.IntN(len(g.pushbacks))])
 }
 
-// admit runs the edge limiter: nil means admitted (and Release is owed).
-func (g *Gateway) admit(ctx context.Context, f callmeta.Facts) error {
+// admit runs the edge limiter, then reserves a slot on a verifier: on
+// success the caller owes both a limiter Release and the slot's release. Both
+// refusals come before the request is even parsed.
+func (g *Gateway) admit(ctx context.Context, f callmeta.Facts) (*backend, error) {
 	g.clientRatio.add(f.Attempt <= 1)
 	switch g.limiter.Acquire(admission.Class{Priority: f.Priority, Retry: f.Attempt > 1}) {
 	case admission.ReasonAdmitted:
-		g.auto.sawInflight(g.limiter.InFlight())
-		return nil
 	case admission.ReasonPriority:
-		g.metrics.refuse(f, 1)
+		g.metrics.refuse(f, reasonIndexPriority)
 		g.pushback(ctx)
-		return errOverShare
+		return nil, errOverShare
 	default:
-		g.metrics.refuse(f, 0)
+		g.metrics.refuse(f, reasonIndexLimit)
 		g.pushback(ctx)
-		return errOverLimit
+		return nil, errOverLimit
 	}
+	g.auto.sawInflight(g.limiter.InFlight())
+	b := g.backends.pick(nil, g.slotQueue(f))
+	if b != nil {
+		return b, nil
+	}
+	g.releaseAdmission(f, admission.Sample{Outcome: admission.OutcomeIgnore})
+	g.pushback(ctx)
+	if g.ServingVerifiers() == 0 {
+		g.metrics.refuse(f, reasonIndexNoVerifier)
+		return nil, errNoVerifier
+	}
+	g.metrics.refuse(f, reasonIndexBusy)
+	return nil, errBusy
+}
+
+// slotQueue is how many calls f may find queued ahead of it on a verifier:
+// Config.VerifierQueue, one more for a critical first attempt, so that
+// critical work still finds room when every worker is busy.
+func (g *Gateway) slotQueue(f callmeta.Facts) int64 {
+	q := int64(g.cfg.VerifierQueue)
+	if f.Priority == callmeta.Critical && f.Attempt <= 1 {
+		q++
+	}
+	return q
 }
 
 // hopFunc makes one call to a verifier.
@@ -404,18 +424,19 @@ type hopFunc func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...g
 // Verify implements VerifyService.Verify.
 func (g *Gateway) Verify(ctx context.Context, req *verifyv1.VerifyRequest) (*verifyv1.VerifyResponse, error) {
 	f := callmeta.FromContext(ctx)
-	if err := g.admit(ctx, f); err != nil {
+	b, err := g.admit(ctx, f)
+	if err != nil {
 		return nil, err
 	}
 	if err := g.parser.CheckPassword(req.GetPassword()); err != nil {
-		return nil, g.invalid(f, err)
+		return nil, g.invalid(f, b, err)
 	}
 	h, err := g.parser.Parse(req.GetEncodedHash())
 	if err != nil {
-		return nil, g.invalid(f, err)
+		return nil, g.invalid(f, b, err)
 	}
 	var resp *verifyv1.VerifyResponse
-	err = g.serve(ctx, f, h, g.cost.Estimate(h), func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error {
+	err = g.serve(ctx, f, b, h, g.cost.Estimate(h), func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error {
 		var err error
 		resp, err = c.Verify(ctx, req, opts...)
 		return err
@@ -426,14 +447,15 @@ func (g *Gateway) Verify(ctx context.Context, req *verifyv1.VerifyRequest) (*ver
 // Hash implements VerifyService.Hash.
 func (g *Gateway) Hash(ctx context.Context, req *verifyv1.HashRequest) (*verifyv1.HashResponse, error) {
 	f := callmeta.FromContext(ctx)
-	if err := g.admit(ctx, f); err != nil {
+	b, err := g.admit(ctx, f)
+	if err != nil {
 		return nil, err
 	}
 	if err := g.parser.CheckPassword(req.GetPassword()); err != nil {
-		return nil, g.invalid(f, err)
+		return nil, g.invalid(f, b, err)
 	}
 	var resp *verifyv1.HashResponse
-	err := g.serve(ctx, f, nil, time.Duration(g.hashCost.Load()), func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error {
+	err = g.serve(ctx, f, b, nil, time.Duration(g.hashCost.Load()), func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error {
 		var err error
 		resp, err = c.Hash(ctx, req, opts...)
 		return err
@@ -441,35 +463,34 @@ func (g *Gateway) Hash(ctx context.Context, req *verifyv1.HashRequest) (*verifyv
 	return resp, err
 }
 
-func (g *Gateway) invalid(f callmeta.Facts, err error) error {
-	g.limiter.Release(admission.Sample{Outcome: admission.OutcomeIgnore, Critical: f.Priority == callmeta.Critical && f.Attempt <= 1})
+// releaseAdmission ends an admitted call's hold on the limiter.
+func (g *Gateway) releaseAdmission(f callmeta.Facts, s admission.Sample) {
+	s.Critical = f.Priority == callmeta.Critical && f.Attempt <= 1
+	g.limiter.Release(s)
+}
+
+func (g *Gateway) invalid(f callmeta.Facts, b *backend, err error) error {
+	b.release()
+	g.releaseAdmission(f, admission.Sample{Outcome: admission.OutcomeIgnore})
 	g.metrics.invalid.Inc()
 	return status.Error(codes.InvalidArgument, err.Error())
 }
 
-// serve forwards an admitted call: deadline check, pick, hop, at most one
-// budgeted retry on another verifier, accounting. h is the stored hash (nil
-// for Hash), expected its expected service time.
-func (g *Gateway) serve(ctx context.Context, f callmeta.Facts, h *verify.Hash, expected time.Duration, hop hopFunc) error {
+// serve forwards an admitted call holding a slot on b: deadline check, hop,
+// at most one budgeted retry on another verifier, accounting. h is the
+// stored hash (nil for Hash), expected its expected service time.
+func (g *Gateway) serve(ctx context.Context, f callmeta.Facts, b *backend, h *verify.Hash, expected time.Duration, hop hopFunc) error {
 	arrived := time.Now()
 	outcome := admission.Sample{Outcome: admission.OutcomeIgnore}
-	defer func() {
-		outcome.Critical = f.Priority == callmeta.Critical && f.Attempt <= 1
-		g.limiter.Release(outcome)
-	}()
+	defer func() { g.releaseAdmission(f, outcome) }()
 
 	if !deadline.CanFinish(ctx, expected+g.cfg.Deadline.Margin) {
-		g.metrics.refuse(f, 2)
+		b.release()
+		g.metrics.refuse(f, reasonIndexDeadline)
 		remaining, _ := deadline.Remaining(ctx)
 		return status.Errorf(codes.DeadlineExceeded,
 			"remaining deadline %v is shorter than the expected verification time %v; not forwarded",
 			remaining.Round(time.Millisecond), (expected + g.cfg.Deadline.Margin).Round(time.Millisecond))
-	}
-	b := g.backends.pick(nil)
-	if b == nil {
-		g.metrics.refuse(f, 3)
-		g.pushback(ctx)
-		return errNoVerifier
 	}
 	p, a := classIndex(f)
 	g.metrics.admitted[p][a].Inc()
@@ -483,7 +504,7 @@ func (g *Gateway) serve(ctx context.Context, f callmeta.Facts, h *verify.Hash, e
 	}
 	res := g.hop(ctx, call, b, f, h, hop)
 	if res.retryable {
-		if b2 := g.retryTarget(ctx, b, expected); b2 != nil {
+		if b2 := g.retryTarget(ctx, f, b, expected); b2 != nil {
 			g.metrics.fleetRetries.Inc()
 			g.fleetRatio.add(false)
 			g.retry.RecordRetry()
@@ -517,15 +538,20 @@ func (g *Gateway) serve(ctx context.Context, f callmeta.Facts, h *verify.Hash, e
 	return nil
 }
 
-// retryTarget returns the verifier to retry on, or nil when the retry is not
-// allowed: no budget configured or no token, no time left for a verification,
-// or no other verifier. A token is spent only when a target exists.
-func (g *Gateway) retryTarget(ctx context.Context, failed *backend, expected time.Duration) *backend {
+// retryTarget returns the verifier to retry on, holding a slot there, or nil
+// when the retry is not allowed: no budget configured or no token, no time
+// left for a verification, or no other verifier with a free slot. A token is
+// spent only when a target exists.
+func (g *Gateway) retryTarget(ctx context.Context, f callmeta.Facts, failed *backend, expected time.Duration) *backend {
 	if g.retry == nil || !deadline.CanFinish(ctx, expected+g.cfg.Deadline.Margin) {
 		return nil
 	}
-	b := g.backends.pick(failed)
-	if b == nil || !g.retry.Allow() {
+	b := g.backends.pick(failed, g.slotQueue(f))
+	if b == nil {
+		return nil
+	}
+	if !g.retry.Allow() {
+		b.release()
 		return nil
 	}
 	return b
@@ -544,6 +570,7 @@ type hopResult struct {
 func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f callmeta.Facts, h *verify.Hash, fn hopFunc) hopResult {
 	octx, cancel, err := g.cfg.Deadline.Outgoing(ctx)
 	if err != nil {
+		b.release()
 		return hopResult{err: status.Error(codes.DeadlineExceeded, "no time left to forward the call"),
 			sample: admission.Sample{Outcome: admission.OutcomeIgnore}}
 	}
@@ -552,9 +579,11 @@ func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f cal
 	octx = callmeta.AppendOutgoing(octx, f)
 
 	var trailer metadata.MD
-	b.pending.Add(1)
 	err = fn(octx, b.client, grpc.Trailer(&trailer))
-	b.pending.Add(-1)
+	b.release()
+	if w := trailerInt(trailer, verifier.WorkersTrailer); w > 0 && b.workers.Swap(w) != w {
+		g.fitCeiling()
+	}
 
 	if call.abandoned() {
 		// The autopilot cut it: the caller had given up.
@@ -609,14 +638,23 @@ func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f cal
 	return res
 }
 
-// trailerMicros reads a whole-microseconds trailer; -1 when absent or bad.
-func trailerMicros(md metadata.MD, key string) time.Duration {
+// trailerInt reads a non-negative integer trailer; -1 when absent or bad.
+func trailerInt(md metadata.MD, key string) int64 {
 	v := md.Get(key)
 	if len(v) != 1 {
 		return -1
 	}
-	us, err := strconv.ParseInt(v[0], 10, 64)
-	if err != nil || us < 0 || us > math.MaxInt64/int64(time.Microsecond) {
+	n, err := strconv.ParseInt(v[0], 10, 64)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+// trailerMicros reads a whole-microseconds trailer; -1 when absent or bad.
+func trailerMicros(md metadata.MD, key string) time.Duration {
+	us := trailerInt(md, key)
+	if us < 0 || us > math.MaxInt64/int64(time.Microsecond) {
 		return -1
 	}
 	return time.Duration(us) * time.Microsecond

@@ -235,6 +235,7 @@ func TestFleetThroughEtcd(t *testing.T) {
 	cfg := gatewayConfig()
 	cfg.EtcdEndpoints = endpoints
 	cfg.Admission.InitialLimit, cfg.Admission.MinLimit, cfg.Admission.Ceiling = 64, 64, 64
+	cfg.VerifierQueue = 64 // admission is not under test: every call goes through
 	gw := startGateway(t, cfg)
 	gw.waitServing(t, 3)
 

@@ -17,10 +17,20 @@ const (
 	reasonPriority   = "priority"    // over this class's share of the limit
 	reasonDeadline   = "deadline"    // remaining time cannot cover a verification
 	reasonNoVerifier = "no_verifier" // none serving, or every breaker open
-	nReasons         = 4
+	reasonBusy       = "busy"        // every serving verifier's slots are held
+	nReasons         = 5
 )
 
-var reasons = [nReasons]string{reasonLimit, reasonPriority, reasonDeadline, reasonNoVerifier}
+// Indexes into reasons, for the allocation-free counters.
+const (
+	reasonIndexLimit = iota
+	reasonIndexPriority
+	reasonIndexDeadline
+	reasonIndexNoVerifier
+	reasonIndexBusy
+)
+
+var reasons = [nReasons]string{reasonLimit, reasonPriority, reasonDeadline, reasonNoVerifier, reasonBusy}
 
 const (
 	nPriorities = 4 // unspecified, critical, interactive, batch
@@ -91,7 +101,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 	failed := byClass("levee_gateway_failed_total", "Admitted requests that ended in an error other than bad input (verifier refusal, node loss, deadline).")
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "levee_gateway_refused_total",
-		Help: "Requests refused at the edge without a hop, by priority, attempt class and reason (limit, priority, deadline, no_verifier).",
+		Help: "Requests refused at the edge without a hop, by priority, attempt class and reason (limit, priority, deadline, no_verifier, busy).",
 	}, []string{"priority", "attempt", "reason"})
 
 	m := &metrics{

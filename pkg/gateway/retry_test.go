@@ -40,6 +40,7 @@ func TestRetryOnAnotherVerifierWithBudget(t *testing.T) {
 			// A fixed limit wide enough for every call: admission is not
 			// under test.
 			cfg.Admission.InitialLimit, cfg.Admission.MinLimit, cfg.Admission.Ceiling = 40, 40, 40
+			cfg.VerifierQueue = 40
 			if withBudget {
 				bs := startBudget(t, budgetd.Settings{Ratio: 1, Burst: 100, MinPerSecond: 100})
 				cfg.BudgetTarget = bs.Addr()
@@ -121,6 +122,7 @@ func TestVerifierOverloadNotRetried(t *testing.T) {
 	bs := startBudget(t, budgetd.Settings{Ratio: 1, Burst: 100, MinPerSecond: 100})
 	cfg.BudgetTarget = bs.Addr()
 	cfg.Admission.InitialLimit, cfg.Admission.Ceiling = 50, 50
+	cfg.VerifierQueue = 50 // let calls reach the verifiers' own queues
 	gw := startGateway(t, cfg)
 	gw.waitServing(t, 2)
 	waitFor(t, 10*time.Second, "a budget lease", func() bool { return gw.g.retry.Allow() })

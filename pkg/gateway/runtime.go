@@ -78,14 +78,14 @@ func (g *Gateway) ApplySettings(s Settings) error {
 		return err
 	}
 	g.limiter.SetClamp(intOr(s.Clamp, 0))
-	g.limiter.SetCeiling(adm.Ceiling)
+	g.settings.Store(&s)
+	g.fitCeiling()
 	g.auto.enabled.Store(s.Autopilot == nil && cfg.Autopilot.Enabled || s.Autopilot != nil && *s.Autopilot)
 	g.auto.timeout.Store(int64(durationOr(s.ClientTimeout, cfg.Autopilot.ClientTimeout)))
 	if !sameBreaker(*g.brkCfg.Load(), brk) {
 		g.brkCfg.Store(&brk)
 		g.backends.resetBreakers()
 	}
-	g.settings.Store(&s)
 	return nil
 }
 

@@ -35,6 +35,9 @@ func TestSettingsFromEtcd(t *testing.T) {
 	cfg := gatewayConfig(v.addr)
 	cfg.EtcdEndpoints = endpoints
 	cfg.Admission.InitialLimit, cfg.Admission.MinLimit = 20, 20
+	// Room at the verifier beyond its 2 workers, so that the fleet's
+	// capacity does not cap the limit under what this test sets.
+	cfg.VerifierQueue = 30
 	gw := startGateway(t, cfg)
 	gw.waitServing(t, 1)
 	ctx := context.Background()

@@ -126,7 +126,7 @@ func TestRefusedOnArrival(t *testing.T) {
 			// The shed path builds no per-call load report and no timing
 			// trailers: a refusal must stay cheap, and the out-of-band ORCA
 			// stream already tells balancers how loaded the node is.
-			for _, key := range []string{"endpoint-load-metrics-bin", QueueWaitTrailer, ServiceTimeTrailer} {
+			for _, key := range []string{"endpoint-load-metrics-bin", QueueWaitTrailer, ServiceTimeTrailer, WorkersTrailer} {
 				if got := trailer.Get(key); len(got) != 0 {
 					t.Errorf("refusal's trailer %s = %q, want none", key, got)
 				}

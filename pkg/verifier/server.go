@@ -39,7 +39,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"runtime"
 	"strconv"
 	"sync"
@@ -62,6 +61,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/internal/serving"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/deadline"
 	"github.com/leveehq/levee/pkg/registry"
@@ -74,11 +74,14 @@ import (
 const PushbackTrailer = "grpc-retry-pushback-ms"
 
 // Trailers of an admitted call: how long it waited for a worker and how long
-// its hash took, in whole microseconds. A gateway's admission limiter adapts
-// to the first; the second calibrates its deadline check.
+// its hash took, in whole microseconds, and how many workers the node runs
+// now. A gateway's admission limiter adapts to the first, the second
+// calibrates its deadline check, and the third bounds what the gateway sends
+// the node at once.
 const (
 	QueueWaitTrailer   = "levee-queue-wait-us"
 	ServiceTimeTrailer = "levee-service-us"
+	WorkersTrailer     = "levee-workers"
 )
 
 // maxRecvMsgSize bounds a request message: a stored hash and a password fit
@@ -202,18 +205,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	lis, err := net.Listen("tcp", cfg.ListenAddr)
+	lis, mlis, err := serving.Listen("verifier", cfg.ListenAddr, cfg.MetricsAddr)
 	if err != nil {
 		s.Close()
-		return fmt.Errorf("verifier: listen: %w", err)
-	}
-	var mlis net.Listener
-	if cfg.MetricsAddr != "" {
-		if mlis, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
-			lis.Close()
-			s.Close()
-			return fmt.Errorf("verifier: metrics listen: %w", err)
-		}
+		return err
 	}
 	return s.Serve(ctx, lis, mlis)
 }
@@ -249,18 +244,7 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) error {
 		}
 		return nil
 	})
-	var hs *http.Server
-	if mlis != nil {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
-		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		g.Go(func() error {
-			if err := hs.Serve(mlis); !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("verifier: metrics: %w", err)
-			}
-			return nil
-		})
-	}
+	stopHTTP := serving.HTTP(g, "verifier", mlis, promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
 	g.Go(func() error {
 		if err := s.warm(gctx); err != nil && gctx.Err() == nil {
 			s.log.Warn("warm-up failed; serving on the prior cost estimate", "err", err)
@@ -275,11 +259,7 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) error {
 		<-gctx.Done()
 		rg.deregister(reg)
 		s.drain()
-		if hs != nil {
-			shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			_ = hs.Shutdown(shutdownCtx)
-		}
+		stopHTTP()
 		return nil
 	})
 	return g.Wait()
@@ -500,7 +480,8 @@ func (s *Server) run(ctx context.Context, rpc string, h *verify.Hash, fn func())
 	orca.CallMetricsRecorderFromContext(ctx)
 	_ = grpc.SetTrailer(ctx, metadata.Pairs(
 		QueueWaitTrailer, strconv.FormatInt(res.Wait.Microseconds(), 10),
-		ServiceTimeTrailer, strconv.FormatInt(res.Service.Microseconds(), 10)))
+		ServiceTimeTrailer, strconv.FormatInt(res.Service.Microseconds(), 10),
+		WorkersTrailer, strconv.Itoa(s.pool.Stats().Active)))
 	s.metrics.queueWait.WithLabelValues(rpc).Observe(res.Wait.Seconds())
 	s.metrics.service.WithLabelValues(alg).Observe(res.Service.Seconds())
 	s.model.Observe(h, res.Ran)

@@ -183,6 +183,9 @@ func TestHashAndVerify(t *testing.T) {
 			protocmp.IgnoreFields(&v3orcapb.OrcaLoadReport{}, "application_utilization", "rps_fractional")); diff != "" {
 			t.Errorf("load report (-want +got):\n%s", diff)
 		}
+		if got := trailer.Get(WorkersTrailer); len(got) != 1 || got[0] != "1" {
+			t.Errorf("trailer %s = %q, want the 1 active worker", WorkersTrailer, got)
+		}
 		for _, key := range []string{QueueWaitTrailer, ServiceTimeTrailer} {
 			vals := trailer.Get(key)
 			if len(vals) != 1 {

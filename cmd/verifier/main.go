@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,9 @@ import (
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(2) // the usage is printed already
+		}
 		fmt.Fprintln(os.Stderr, "verifier:", err)
 		os.Exit(1)
 	}
@@ -30,7 +34,7 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("verifier", flag.ContinueOnError)
 	fs.StringVar(&cfg.ListenAddr, "listen", cfg.ListenAddr, "gRPC listen address")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-listen", cfg.MetricsAddr, "HTTP address for /metrics (empty: none)")
-	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "hashes run at once (default: one per core)")
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "hashes run at once, and so Argon2 arrays held at once (default: the cores)")
 	fs.IntVar(&cfg.QueueCapacity, "queue", cfg.QueueCapacity, "requests that may wait for a worker")
 	fs.DurationVar(&cfg.MaxQueueWait, "max-queue-wait", cfg.MaxQueueWait, "refuse arrivals whose projected queue wait exceeds this")
 	fs.DurationVar(&cfg.LIFOAfter, "lifo-after", cfg.LIFOAfter, "serve newest first once the oldest queued request waited this long")

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
+	"github.com/leveehq/levee/pkg/verify"
+)
+
+// The grpcurl line `levee local` prints must verify: the example hash is
+// the example password under the default policy.
+func TestExampleHashVerifies(t *testing.T) {
+	v, err := verify.New(verify.DefaultPolicy(), verify.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := v.Parse(exampleHash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	match, rehash, err := v.Verify(h, []byte("correct horse battery staple"))
+	if err != nil || !match || rehash {
+		t.Errorf("example hash: match %v, needs_rehash %v, err %v; want a match under the policy", match, rehash, err)
+	}
+	if examplePasswordB64 != "Y29ycmVjdCBob3JzZSBiYXR0ZXJ5IHN0YXBsZQ==" {
+		t.Errorf("examplePasswordB64 changed without the hash")
+	}
+}
+
+func TestSettingsCommand(t *testing.T) {
+	endpoints := budgetdtest.StartEtcd(t)
+	etcd := strings.Join(endpoints, ",")
+	ctx := context.Background()
+	do := func(args ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		err := run(ctx, append([]string{"settings", "-etcd", etcd}, args...), &out, &errOut)
+		return out.String() + errOut.String(), err
+	}
+	steps := []struct {
+		args    []string
+		want    string
+		wantErr bool
+	}{
+		{[]string{"get"}, "none set", false},
+		{[]string{"set", "clamp=40"}, `{"clamp":40}`, false},
+		{[]string{"set", "autopilot=false", "client_timeout=3s"}, `{"clamp":40,"autopilot":false,"client_timeout":"3s"}`, false},
+		{[]string{"set", "clamp=-1"}, "clamp must be in", true},
+		{[]string{"set", "typo=1"}, "unknown field", true},
+		{[]string{"get"}, `{"clamp":40,"autopilot":false,"client_timeout":"3s"}`, false},
+		{[]string{"delete"}, "deleted", false},
+		{[]string{"get"}, "none set", false},
+		{[]string{"frob"}, "unknown settings verb", true},
+	}
+	for _, st := range steps {
+		out, err := do(st.args...)
+		if (err != nil) != st.wantErr {
+			t.Fatalf("levee settings %q: err %v, want error %v (output %q)", st.args, err, st.wantErr, out)
+		}
+		text := out
+		if err != nil {
+			text += err.Error()
+		}
+		if !strings.Contains(text, st.want) {
+			t.Fatalf("levee settings %q: %q, want it to contain %q", st.args, text, st.want)
+		}
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"frob"}, &out, &errOut); err == nil || !strings.Contains(errOut.String(), "usage") {
+		t.Errorf("levee frob: %v, stderr %q", err, errOut.String())
+	}
+}

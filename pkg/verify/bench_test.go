@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"golang.org/x/crypto/argon2"
+	"golang.org/x/crypto/scrypt"
 )
 
 // benchParams are the default policy's parameters, and the same with one
@@ -75,5 +76,57 @@ func BenchmarkParse(b *testing.B) {
 		if _, err := v.Parse(s); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkVerifyLegacy measures Verifier.Verify of a matching password
+// against each legacy format at the defaults of the system that writes it,
+// which the CostModel priors for those families come from.
+func BenchmarkVerifyLegacy(b *testing.B) {
+	password := []byte("benchmark password")
+	salt := []byte("0123456789abcdef")
+	for _, bl := range []struct {
+		name string
+		h    Hash
+	}{
+		{"pbkdf2-sha1/passlib-131000", Hash{Algorithm: PBKDF2SHA1, Rounds: 131000}},
+		{"pbkdf2-sha256/passlib-29000", Hash{Algorithm: PBKDF2SHA256, Rounds: 29000}},
+		{"pbkdf2-sha256/django-1000000", Hash{Algorithm: PBKDF2SHA256, Rounds: 1_000_000, form: formDjango}},
+		{"pbkdf2-sha512/passlib-25000", Hash{Algorithm: PBKDF2SHA512, Rounds: 25000}},
+		{"scrypt/passlib-ln16-r8-p1", Hash{Algorithm: Scrypt, Scrypt: ScryptParams{LogN: 16, R: 8, P: 1}}},
+		{"scrypt/django-ln14-r8-p5", Hash{Algorithm: Scrypt, Scrypt: ScryptParams{LogN: 14, R: 8, P: 5}}},
+		{"sha256-crypt/passlib-535000", Hash{Algorithm: SHA256Crypt, Rounds: 535000}},
+		{"sha256-crypt/glibc-5000", Hash{Algorithm: SHA256Crypt, Rounds: 5000, form: formImplicitRounds}},
+		{"sha512-crypt/passlib-656000", Hash{Algorithm: SHA512Crypt, Rounds: 656000}},
+		{"sha512-crypt/glibc-5000", Hash{Algorithm: SHA512Crypt, Rounds: 5000, form: formImplicitRounds}},
+	} {
+		b.Run(bl.name, func(b *testing.B) {
+			v := newVerifier(b, DefaultPolicy(), DefaultLimits())
+			h := bl.h
+			h.Salt = salt
+			var err error
+			switch {
+			case h.Algorithm.isPBKDF2():
+				h.Key, err = pbkdf2Key(h.Algorithm, password, h.Salt, h.Rounds)
+			case h.Algorithm == Scrypt:
+				h.Key, err = scrypt.Key(password, h.Salt, 1<<h.Scrypt.LogN, int(h.Scrypt.R), int(h.Scrypt.P), 32)
+			default:
+				h.Key = shaCrypt(h.Algorithm, password, h.Salt, h.Rounds)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			parsed, err := v.Parse(h.String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if match, rehash, err := v.Verify(parsed, password); err != nil || !match || !rehash {
+					b.Fatalf("Verify = %v, %v, %v", match, rehash, err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/parsed.Work(), "ns/unit")
+		})
 	}
 }

@@ -28,15 +28,59 @@ type Limits struct {
 	// MaxParallelism caps argon2 p.
 	MaxParallelism uint8
 	// MinSaltLen and MaxSaltLen bound the decoded argon2 salt, in bytes.
+	// MaxSaltLen also caps the salt of PBKDF2 and scrypt hashes; their
+	// minimum is their format's (a legacy hash is only ever verified, and
+	// then replaced).
 	MinSaltLen, MaxSaltLen int
-	// MinKeyLen and MaxKeyLen bound the decoded argon2 key (tag), in bytes.
+	// MinKeyLen and MaxKeyLen bound the decoded argon2 and scrypt key (tag),
+	// in bytes. PBKDF2 and SHA-crypt keys are exactly one digest long.
 	MinKeyLen, MaxKeyLen int
 	// MaxBcryptCost caps the bcrypt cost, the log2 of its rounds.
 	MaxBcryptCost int
+
+	// MaxPBKDF2Iterations caps the iterations of a PBKDF2 hash (passlib or
+	// Django).
+	MaxPBKDF2Iterations uint32
+	// MaxScryptLogN, MaxScryptR and MaxScryptP cap scrypt's log2 N, r and p
+	// one by one. Scrypt's memory, 128 × r × N bytes, is further capped by
+	// MaxMemoryKiB, and its work N × r × p by MaxScryptWork.
+	MaxScryptLogN uint8
+	MaxScryptR    uint32
+	MaxScryptP    uint32
+	// MaxScryptWork caps N × r × p: x/crypto/scrypt runs its p
+	// memory-hard passes one after another, so p multiplies the time but
+	// not the memory.
+	MaxScryptWork uint64
+	// MaxShaCryptRounds caps the rounds of a SHA-crypt ($5$, $6$) hash.
+	MaxShaCryptRounds uint32
+	// MaxShaCryptPasswordLen caps the length of a password checked against
+	// a SHA-crypt hash: each round hashes the password twice, so a long
+	// password multiplies the cost that Hash.Work predicts.
+	MaxShaCryptPasswordLen int
 }
+
+// Hard bounds for the legacy caps, which keep the arithmetic of the checks
+// from overflowing and stay inside what x/crypto/scrypt accepts (r × p <
+// 2^30).
+const (
+	maxScryptLogNBound = 40
+	maxScryptRBound    = 1 << 16
+	maxScryptPBound    = 1 << 12
+	shaCryptMinRounds  = 1000      // glibc raises anything lower to this
+	shaCryptMaxRounds  = 999999999 // glibc lowers anything higher to this
+)
 
 // DefaultLimits returns limits that admit every common production hash while
 // bounding one check to 256 MiB, 16 passes and 2^14 bcrypt rounds.
+//
+// The legacy caps admit the defaults of the systems that wrote such hashes,
+// with headroom, and keep one check to about a second on one core or less:
+// 2,000,000 PBKDF2 iterations (Django 6.0 writes 1,200,000, passlib 29,000
+// for SHA-256 and 131,000 for SHA-1); scrypt with log2 N at most 20, r at
+// most 32, p at most 16, at most MaxMemoryKiB of memory and N × r × p at most
+// 2^22 (passlib writes ln=16,r=8,p=1, 2^19; Django ln=14,r=8,p=5, 2^19.3);
+// 1,000,000 SHA-crypt rounds (passlib writes 656,000 for $6$ and 535,000 for
+// $5$, glibc 5,000) for passwords of at most 256 bytes.
 func DefaultLimits() Limits {
 	return Limits{
 		MaxEncodedLen:  512,
@@ -49,14 +93,24 @@ func DefaultLimits() Limits {
 		MinKeyLen:      16,
 		MaxKeyLen:      128,
 		MaxBcryptCost:  14,
+
+		MaxPBKDF2Iterations:    2_000_000,
+		MaxScryptLogN:          20,
+		MaxScryptR:             32,
+		MaxScryptP:             16,
+		MaxScryptWork:          1 << 22,
+		MaxShaCryptRounds:      1_000_000,
+		MaxShaCryptPasswordLen: 256,
 	}
 }
 
 // Validate returns an error wrapping ErrInvalidLimits naming the first field
 // that is out of range: every maximum must be at least 1 (MaxMemoryKiB at
 // least 8, Argon2's minimum for p=1), MinSaltLen at least 8, MinKeyLen at
-// least 16, each minimum at most its maximum, and MaxBcryptCost within
-// bcrypt's 4..31.
+// least 16, each minimum at most its maximum, MaxBcryptCost within
+// bcrypt's 4..31, MaxScryptLogN within 1..40, MaxScryptR within 1..65536,
+// MaxScryptP within 1..4096, MaxScryptWork at least 2, MaxShaCryptRounds
+// within SHA-crypt's 1000..999999999, and MaxShaCryptPasswordLen at least 1.
 func (l Limits) Validate() error {
 	switch {
 	case l.MaxEncodedLen < 1:
@@ -79,6 +133,20 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("%w: MaxKeyLen %d is below MinKeyLen %d", ErrInvalidLimits, l.MaxKeyLen, l.MinKeyLen)
 	case l.MaxBcryptCost < bcryptMinCost || l.MaxBcryptCost > bcryptMaxCost:
 		return fmt.Errorf("%w: MaxBcryptCost %d is outside %d..%d", ErrInvalidLimits, l.MaxBcryptCost, bcryptMinCost, bcryptMaxCost)
+	case l.MaxPBKDF2Iterations < 1:
+		return fmt.Errorf("%w: MaxPBKDF2Iterations %d is below 1", ErrInvalidLimits, l.MaxPBKDF2Iterations)
+	case l.MaxScryptLogN < 1 || l.MaxScryptLogN > maxScryptLogNBound:
+		return fmt.Errorf("%w: MaxScryptLogN %d is outside 1..%d", ErrInvalidLimits, l.MaxScryptLogN, maxScryptLogNBound)
+	case l.MaxScryptR < 1 || l.MaxScryptR > maxScryptRBound:
+		return fmt.Errorf("%w: MaxScryptR %d is outside 1..%d", ErrInvalidLimits, l.MaxScryptR, maxScryptRBound)
+	case l.MaxScryptP < 1 || l.MaxScryptP > maxScryptPBound:
+		return fmt.Errorf("%w: MaxScryptP %d is outside 1..%d", ErrInvalidLimits, l.MaxScryptP, maxScryptPBound)
+	case l.MaxScryptWork < 2:
+		return fmt.Errorf("%w: MaxScryptWork %d is below 2", ErrInvalidLimits, l.MaxScryptWork)
+	case l.MaxShaCryptRounds < shaCryptMinRounds || l.MaxShaCryptRounds > shaCryptMaxRounds:
+		return fmt.Errorf("%w: MaxShaCryptRounds %d is outside %d..%d", ErrInvalidLimits, l.MaxShaCryptRounds, shaCryptMinRounds, shaCryptMaxRounds)
+	case l.MaxShaCryptPasswordLen < 1:
+		return fmt.Errorf("%w: MaxShaCryptPasswordLen %d is below 1", ErrInvalidLimits, l.MaxShaCryptPasswordLen)
 	}
 	return nil
 }

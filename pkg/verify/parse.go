@@ -34,6 +34,7 @@ type parseError struct {
 	str      string // a field name, or an excerpt of the input
 	n1, n2   uint64
 	label    string
+	alg      string // for a legacy format, the algorithm: "pbkdf2-sha256: ..."
 }
 
 func newError(format, str string, n1, n2 uint64) *parseError {
@@ -45,16 +46,27 @@ func (e *parseError) Error() string {
 	if len(s) > maxExcerptLen {
 		s = s[:maxExcerptLen] + "..."
 	}
-	if !strings.Contains(e.format, "%") {
-		return "parse hash: " + e.format
+	prefix := "parse hash: "
+	if e.alg != "" {
+		prefix += e.alg + ": "
 	}
-	return "parse hash: " + fmt.Sprintf(e.format, s, e.n1, e.n2, e.label)
+	if !strings.Contains(e.format, "%") {
+		return prefix + e.format
+	}
+	return prefix + fmt.Sprintf(e.format, s, e.n1, e.n2, e.label)
+}
+
+// in attributes e to a legacy algorithm; a.String() is a constant, so this
+// does not allocate.
+func (e *parseError) in(a Algorithm) *parseError {
+	e.alg = a.String()
+	return e
 }
 
 func (e *parseError) Unwrap() error { return e.sentinel }
 
-// Parse parses a stored hash: an Argon2id or Argon2i PHC string or a bcrypt
-// $2a$/$2b$/$2y$ string. It does not hash.
+// Parse parses a stored hash: an Argon2id or Argon2i PHC string, a bcrypt
+// $2a$/$2b$/$2y$ string, or one of the legacy formats below. It does not hash.
 //
 // Every error matches ErrInvalidHash. Parse checks the length of encoded
 // against Limits.MaxEncodedLen before anything else, and every cost parameter
@@ -75,6 +87,28 @@ func (e *parseError) Unwrap() error { return e.sentinel }
 // whose checksum part is canonical (a non-canonical checksum could never
 // match). Non-canonical trailing bits in the salt are accepted, as the bcrypt
 // library ignores them.
+//
+// Legacy formats, verify-only, each parsed as strictly (canonical decimals
+// and base64, fields in a fixed order, nothing trailing), so that Hash.String
+// gives back the parsed string:
+//
+//   - passlib PBKDF2: $pbkdf2$ (SHA-1), $pbkdf2-sha256$ or $pbkdf2-sha512$,
+//     then <rounds>$<salt>$<checksum>; rounds 1..Limits.MaxPBKDF2Iterations,
+//     salt and checksum in passlib's ab64 (standard base64 with '.' for '+',
+//     unpadded), salt at most Limits.MaxSaltLen bytes, checksum one digest.
+//   - Django PBKDF2: pbkdf2_sha256$ or pbkdf2_sha1$, then
+//     <iterations>$<salt>$<hash>; the salt is a string of 1..MaxSaltLen
+//     printable ASCII characters, the hash one digest in padded standard
+//     base64.
+//   - passlib scrypt: $scrypt$ln=<log2 N>,r=<r>,p=<p>$<salt>$<checksum>,
+//     parameters in that order, each at least 1 and within MaxScryptLogN,
+//     MaxScryptR and MaxScryptP, with 128·r·N bytes within MaxMemoryKiB and
+//     N·r·p within MaxScryptWork; salt and checksum in unpadded standard
+//     base64, the checksum MinKeyLen..MaxKeyLen bytes.
+//   - SHA-crypt: $5$ or $6$, an optional rounds=<n>$ (1000..
+//     MaxShaCryptRounds; 5000 when absent), a salt of at most 16 printable
+//     ASCII characters, and the 43- or 86-character checksum in crypt's
+//     base64, with zero unused bits.
 func (v *Verifier) Parse(encoded string) (*Hash, error) {
 	l := &v.limits
 	switch {
@@ -83,6 +117,13 @@ func (v *Verifier) Parse(encoded string) (*Hash, error) {
 	case len(encoded) > l.MaxEncodedLen:
 		return nil, newError("encoded length %[2]d exceeds limit %[3]d bytes", "", uint64(len(encoded)), uint64(l.MaxEncodedLen))
 	case encoded[0] != '$':
+		// Django's hashes alone have no leading '$'.
+		switch name, rest, _ := strings.Cut(encoded, "$"); name {
+		case "pbkdf2_sha256":
+			return v.parseDjango(PBKDF2SHA256, rest)
+		case "pbkdf2_sha1":
+			return v.parseDjango(PBKDF2SHA1, rest)
+		}
 		return nil, newError("missing leading \"$\"", "", 0, 0)
 	}
 	alg, rest, _ := strings.Cut(encoded[1:], "$")
@@ -93,6 +134,18 @@ func (v *Verifier) Parse(encoded string) (*Hash, error) {
 		return v.parseArgon2(Argon2i, rest)
 	case "2a", "2b", "2y":
 		return v.parseBcrypt(encoded)
+	case "pbkdf2":
+		return v.parsePBKDF2(PBKDF2SHA1, rest)
+	case "pbkdf2-sha256":
+		return v.parsePBKDF2(PBKDF2SHA256, rest)
+	case "pbkdf2-sha512":
+		return v.parsePBKDF2(PBKDF2SHA512, rest)
+	case "scrypt":
+		return v.parseScrypt(rest)
+	case "5":
+		return v.parseShaCrypt(SHA256Crypt, rest)
+	case "6":
+		return v.parseShaCrypt(SHA512Crypt, rest)
 	default:
 		e := newError("unsupported algorithm %[1]q", alg, 0, 0)
 		e.sentinel = ErrUnsupportedAlgorithm

@@ -104,15 +104,15 @@ func hostileTests() []struct{ name, in, want string } {
 	a := func(params string) string { return argon2Hash("argon2id", params, salt, key) }
 	const p = "m=65536,t=3,p=4"
 	const bc = "$2b$10$.vGA1O9wmRjrwAVXD98HNOgsNpDczlqm3Jq7KnEd1rVAGv3Fykk1a"
-	return []struct{ name, in, want string }{
+	return append([]struct{ name, in, want string }{
 		{"empty", "", "empty hash"},
 		{"too long", a(p) + strings.Repeat("A", 600), "encoded length 697 exceeds limit 512 bytes"},
 		{"megabyte", strings.Repeat("$", 1<<20), "encoded length 1048576 exceeds limit 512"},
 		{"no leading dollar", a(p)[1:], `missing leading "$"`},
 		{"bare hex digest", "5baa61e4c9b93f3f0682250b6cf8331b7ee68fd8", `missing leading "$"`},
 		{"lone dollar", "$", `unsupported algorithm ""`},
-		{"wrong algorithm", "$scrypt$ln=16,r=8,p=1$" + salt + "$" + key, `unsupported algorithm "scrypt"`},
-		{"sha512-crypt", "$6$saltsalt$" + key, `unsupported algorithm "6"`},
+		{"wrong algorithm", "$y$j9T$" + salt + "$" + key, `unsupported algorithm "y"`},
+		{"md5-crypt", "$1$saltsalt$" + key, `unsupported algorithm "1"`},
 		{"argon2d", argon2Hash("argon2d", p, salt, key), `unsupported algorithm "argon2d"`},
 		{"uppercase", argon2Hash("Argon2id", p, salt, key), `unsupported algorithm "Argon2id"`},
 		{"bcrypt 2x", "$2x" + bc[3:], `unsupported algorithm "2x"`},
@@ -189,7 +189,7 @@ func hostileTests() []struct{ name, in, want string } {
 		{"bcrypt illegal character", bc[:20] + "+" + bc[21:], "bcrypt: illegal character at offset 20"},
 		{"bcrypt missing separator", "$2b$10." + bc[7:], `bcrypt: malformed cost "10."`},
 		{"bcrypt non-canonical checksum", bc[:59] + "b", "bcrypt: non-canonical checksum"},
-	}
+	}, legacyHostileTests()...)
 }
 
 func TestParseRejects(t *testing.T) {
@@ -219,7 +219,7 @@ func TestParseRejects(t *testing.T) {
 
 func TestParseUnsupportedAlgorithm(t *testing.T) {
 	v := testVerifier(t)
-	for _, in := range []string{"$argon2d$v=19$m=64,t=1,p=1$" + enc(16) + "$" + enc(32), "$2x" + phpBcrypt[3:], "$pbkdf2-sha256$29000$x$y"} {
+	for _, in := range []string{"$argon2d$v=19$m=64,t=1,p=1$" + enc(16) + "$" + enc(32), "$2x" + phpBcrypt[3:], "$1$saltsalt$x", "$7$CU..../....x$y"} {
 		_, err := v.Parse(in)
 		if !errors.Is(err, ErrUnsupportedAlgorithm) || !errors.Is(err, ErrInvalidHash) {
 			t.Errorf("Parse(%.12q) = %v, want ErrUnsupportedAlgorithm and ErrInvalidHash", in, err)
@@ -235,7 +235,7 @@ func TestParseUnsupportedAlgorithm(t *testing.T) {
 // must cost no more than the error value.
 func hostileAllocTests() []struct{ name, in string } {
 	salt, key := enc(16), enc(32)
-	return []struct{ name, in string }{
+	return append([]struct{ name, in string }{
 		{"4 GiB memory", argon2Hash("argon2id", "m=4194304,t=3,p=4", salt, key)},
 		{"2^32 iterations", argon2Hash("argon2id", "m=65536,t=4294967296,p=4", salt, key)},
 		{"2^32-1 iterations", argon2Hash("argon2id", "m=65536,t=4294967295,p=4", salt, key)},
@@ -243,7 +243,7 @@ func hostileAllocTests() []struct{ name, in string } {
 		{"megabyte input", "$argon2id$v=19$m=65536,t=3,p=4$" + strings.Repeat("A", 1<<20)},
 		{"huge key", argon2Hash("argon2id", "m=65536,t=3,p=4", salt, strings.Repeat("A", 400))},
 		{"bcrypt cost 31", "$2b$31" + phpBcrypt[6:]},
-	}
+	}, legacyHostileAllocTests()...)
 }
 
 func TestParseHostileAllocations(t *testing.T) {

@@ -3,7 +3,13 @@
 //
 // It understands Argon2id and Argon2i hashes in PHC string format
 // ($argon2id$v=19$m=65536,t=3,p=4$<salt>$<key>) and bcrypt hashes in modular
-// crypt format ($2a$, $2b$, $2y$).
+// crypt format ($2a$, $2b$, $2y$). It also verifies, but never writes, the
+// legacy formats that systems migrating to Levee hold: PBKDF2-SHA1, -SHA256
+// and -SHA512 in passlib's encoding ($pbkdf2-sha256$29000$<salt>$<key>) and
+// PBKDF2-SHA1 and -SHA256 in Django's (pbkdf2_sha256$<iterations>$<salt>$<key>),
+// scrypt in passlib's encoding ($scrypt$ln=16,r=8,p=1$<salt>$<key>), and
+// SHA-crypt ($5$ and $6$, with or without rounds=). A legacy hash always needs
+// a rehash. See Verifier.Parse for each format's rules and caps.
 //
 // The package promises:
 //
@@ -16,7 +22,9 @@
 //   - Parsing is strict: parameters may come in any order, but duplicate,
 //     unknown, missing or non-canonical values (leading zeros, signs, padded
 //     or non-canonical base64) are rejected, so every accepted argon2 hash has
-//     exactly one canonical encoding, which Hash.String returns.
+//     exactly one canonical encoding, which Hash.String returns. Every
+//     accepted legacy hash is already canonical: Hash.String re-encodes it
+//     byte for byte.
 //   - Every error from Parse matches ErrInvalidHash with errors.Is, and its
 //     message names the problem. No error message from this package contains
 //     a password or a whole stored hash; at most a parameter value or an
@@ -50,7 +58,7 @@ var (
 	// when given a hash outside the limits.
 	ErrInvalidHash = errors.New("invalid hash")
 	// ErrUnsupportedAlgorithm is matched when a stored hash names an algorithm
-	// this package does not verify (argon2d, $2x$, sha512-crypt, ...). It also
+	// this package does not verify (argon2d, $2x$, $1$ md5-crypt, ...). It also
 	// matches ErrInvalidHash.
 	ErrUnsupportedAlgorithm = fmt.Errorf("unsupported algorithm: %w", ErrInvalidHash)
 	// ErrPasswordTooLong is returned for a password longer than
@@ -66,15 +74,31 @@ var (
 // Algorithm identifies a password-hashing algorithm.
 type Algorithm uint8
 
-// The supported algorithms. The zero Algorithm is invalid.
+// The supported algorithms. The zero Algorithm is invalid. Only Argon2id is
+// ever written; the others are verified so that their users can log in once
+// and be rehashed.
 const (
 	Argon2id Algorithm = iota + 1
 	Argon2i
 	Bcrypt
+	PBKDF2SHA1   // passlib $pbkdf2$ and Django pbkdf2_sha1
+	PBKDF2SHA256 // passlib $pbkdf2-sha256$ and Django pbkdf2_sha256
+	PBKDF2SHA512 // passlib $pbkdf2-sha512$
+	Scrypt       // passlib $scrypt$
+	SHA256Crypt  // $5$
+	SHA512Crypt  // $6$
 )
 
-// String returns "argon2id", "argon2i" or "bcrypt", and "unknown" for any other
-// value, so it is safe as a bounded metric label.
+// Algorithms lists every supported algorithm, for pre-creating metric series.
+func Algorithms() []Algorithm {
+	return []Algorithm{Argon2id, Argon2i, Bcrypt, PBKDF2SHA1, PBKDF2SHA256, PBKDF2SHA512, Scrypt, SHA256Crypt, SHA512Crypt}
+}
+
+// String returns "argon2id", "argon2i", "bcrypt", "pbkdf2-sha1",
+// "pbkdf2-sha256", "pbkdf2-sha512", "scrypt", "sha256-crypt" or
+// "sha512-crypt", and "unknown" for any other value, so it is safe as a
+// bounded metric label. The name is the algorithm's, not the encoding's: a
+// Django and a passlib PBKDF2-SHA256 hash are both "pbkdf2-sha256".
 func (a Algorithm) String() string {
 	switch a {
 	case Argon2id:
@@ -83,12 +107,28 @@ func (a Algorithm) String() string {
 		return "argon2i"
 	case Bcrypt:
 		return "bcrypt"
+	case PBKDF2SHA1:
+		return "pbkdf2-sha1"
+	case PBKDF2SHA256:
+		return "pbkdf2-sha256"
+	case PBKDF2SHA512:
+		return "pbkdf2-sha512"
+	case Scrypt:
+		return "scrypt"
+	case SHA256Crypt:
+		return "sha256-crypt"
+	case SHA512Crypt:
+		return "sha512-crypt"
 	default:
 		return "unknown"
 	}
 }
 
 func (a Algorithm) isArgon2() bool { return a == Argon2id || a == Argon2i }
+
+func (a Algorithm) isPBKDF2() bool { return a == PBKDF2SHA1 || a == PBKDF2SHA256 || a == PBKDF2SHA512 }
+
+func (a Algorithm) isShaCrypt() bool { return a == SHA256Crypt || a == SHA512Crypt }
 
 // argon2Version is the only Argon2 version supported: 0x13, written v=19.
 const argon2Version = 19
@@ -107,26 +147,46 @@ type Params struct {
 	Parallelism uint8
 }
 
+// ScryptParams are scrypt cost parameters: N = 2^LogN, block size R and
+// parallelism P.
+type ScryptParams struct {
+	LogN uint8
+	R, P uint32
+}
+
 // Hash is a parsed stored hash. Values returned by Parse and HashPassword are
 // within the Verifier's limits; Verify re-checks the limits, so a Hash built
 // or modified by hand cannot make it allocate more than the limits allow.
 type Hash struct {
 	Algorithm Algorithm
-	Version   int    // 19 for argon2; 0 for bcrypt
+	Version   int    // 19 for argon2; 0 otherwise
 	Params    Params // argon2 only
 	Cost      int    // bcrypt only: log2 of the number of rounds
-	Salt, Key []byte // argon2 only
+	// Salt and Key are the salt and the derived key (checksum) for every
+	// algorithm but bcrypt. A Django or SHA-crypt salt is the salt string's
+	// bytes, which is what those algorithms hash.
+	Salt, Key []byte
+	Rounds    uint32       // PBKDF2 iterations, SHA-crypt rounds
+	Scrypt    ScryptParams // scrypt only
 
 	// bcrypt is the whole bcrypt string; the bcrypt library takes it as is.
 	bcrypt string
+	// form is the encoding of a legacy hash where an algorithm has more
+	// than one; the zero form is passlib's, with an explicit rounds= for
+	// SHA-crypt.
+	form legacyForm
 }
 
 // String returns the canonical encoding of h: for argon2,
 // $argon2id$v=19$m=65536,t=3,p=4$<salt>$<key> with parameters in the order
 // m, t, p and salt and key in unpadded standard base64; for bcrypt, the string
-// that was parsed. It returns "" for a Hash of no known algorithm.
+// that was parsed; for a legacy hash, its re-encoding in the form it was
+// parsed from, which is byte for byte the parsed string. It returns "" for a
+// Hash of no known algorithm.
 func (h *Hash) String() string {
 	switch {
+	case h.Algorithm.isPBKDF2(), h.Algorithm == Scrypt, h.Algorithm.isShaCrypt():
+		return h.legacyString()
 	case h.Algorithm.isArgon2():
 		b := make([]byte, 0, 48+b64.EncodedLen(len(h.Salt))+b64.EncodedLen(len(h.Key)))
 		b = append(b, '$')
@@ -153,14 +213,20 @@ func (h *Hash) String() string {
 
 // Work is the scheduling cost of checking a password against h, in units that
 // are comparable only within one algorithm: Memory (KiB) × Iterations for
-// argon2, 2^Cost for bcrypt. A scheduler keeps one time-per-unit estimate per
-// algorithm and multiplies. It is 0 for a Hash of no known algorithm.
+// argon2, 2^Cost for bcrypt, Rounds for PBKDF2 (one block of output: the key
+// is never longer than the digest) and SHA-crypt, N × R × P for scrypt. A
+// scheduler keeps one time-per-unit estimate per algorithm and multiplies. It
+// is 0 for a Hash of no known algorithm.
 func (h *Hash) Work() float64 {
 	switch {
 	case h.Algorithm.isArgon2():
 		return float64(h.Params.Memory) * float64(h.Params.Iterations)
 	case h.Algorithm == Bcrypt:
 		return math.Ldexp(1, h.Cost)
+	case h.Algorithm.isPBKDF2(), h.Algorithm.isShaCrypt():
+		return float64(h.Rounds)
+	case h.Algorithm == Scrypt:
+		return math.Ldexp(float64(h.Scrypt.R)*float64(h.Scrypt.P), int(h.Scrypt.LogN))
 	default:
 		return 0
 	}
@@ -168,13 +234,18 @@ func (h *Hash) Work() float64 {
 
 // MemoryBytes is an upper bound on the memory one check against h allocates:
 // Memory × 1024 for argon2 (the implementation rounds Memory down to a
-// multiple of 4 × Parallelism blocks), a constant 4 KiB for bcrypt.
+// multiple of 4 × Parallelism blocks), a constant 4 KiB for bcrypt, PBKDF2
+// and SHA-crypt (SHA-crypt also copies the password twice, which
+// Limits.MaxShaCryptPasswordLen bounds), and 128 × R × (N + P + 2) for scrypt
+// (its V array, B and XY buffers), saturating at math.MaxInt64.
 func (h *Hash) MemoryBytes() int64 {
 	switch {
 	case h.Algorithm.isArgon2():
 		return int64(h.Params.Memory) * 1024
-	case h.Algorithm == Bcrypt:
+	case h.Algorithm == Bcrypt, h.Algorithm.isPBKDF2(), h.Algorithm.isShaCrypt():
 		return bcryptMemoryBytes
+	case h.Algorithm == Scrypt:
+		return scryptMemoryBytes(h.Scrypt)
 	default:
 		return 0
 	}
@@ -216,7 +287,14 @@ func (v *Verifier) CheckPassword(password []byte) error {
 //
 // The password is first checked with CheckPassword, and h against the limits
 // (an error wrapping ErrInvalidHash), so that a Hash built by hand cannot
-// exceed them either. For argon2 the derived key has the length of h.Key.
+// exceed them either. For argon2 and scrypt the derived key has the length
+// of h.Key.
+//
+// A legacy hash (PBKDF2, scrypt, SHA-crypt) always needs a rehash. A
+// SHA-crypt check hashes the password twice per round, so its cost grows with
+// the password's length: Verify refuses a password longer than
+// Limits.MaxShaCryptPasswordLen for SHA-crypt with ErrPasswordTooLong rather
+// than let one request cost many times its estimate.
 //
 // bcrypt uses only the first 72 bytes of a password: the implementations that
 // wrote $2a$/$2b$/$2y$ hashes silently ignored the rest, so a longer password
@@ -247,6 +325,9 @@ func (v *Verifier) Verify(h *Hash, password []byte) (match, needsRehash bool, er
 			// byte, a cost or an offset, never the hash.
 			return false, needsRehash, fmt.Errorf("verify: bcrypt: %w: %w", ErrInvalidHash, err)
 		}
+	case PBKDF2SHA1, PBKDF2SHA256, PBKDF2SHA512, Scrypt, SHA256Crypt, SHA512Crypt:
+		match, err := v.verifyLegacy(h, password)
+		return match, needsRehash, err
 	default: // argon2, by checkHash
 		key := derive(h.Algorithm, password, h.Salt, h.Params, len(h.Key))
 		return subtle.ConstantTimeCompare(key, h.Key) == 1, needsRehash, nil
@@ -254,7 +335,8 @@ func (v *Verifier) Verify(h *Hash, password []byte) (match, needsRehash bool, er
 }
 
 // NeedsRehash reports whether h is weaker than the policy in any dimension:
-// any algorithm other than Argon2id (bcrypt always), a version other than 19,
+// any algorithm other than Argon2id (bcrypt and every legacy format always),
+// a version other than 19,
 // less memory, fewer iterations, a shorter key or a shorter salt. Parallelism
 // is not compared: it changes how the work is split, not how much there is.
 // A hash at or above the policy in every dimension does not need a rehash.
@@ -340,6 +422,8 @@ func (v *Verifier) checkHash(h *Hash) error {
 			return e
 		}
 		return nil
+	case h.Algorithm.isPBKDF2(), h.Algorithm == Scrypt, h.Algorithm.isShaCrypt():
+		return v.checkLegacy(h)
 	default:
 		return fmt.Errorf("verify: %w: algorithm %s", ErrUnsupportedAlgorithm, h.Algorithm)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +17,12 @@ func TestAlgorithmString(t *testing.T) {
 	for _, tt := range []struct {
 		a    Algorithm
 		want string
-	}{{Argon2id, "argon2id"}, {Argon2i, "argon2i"}, {Bcrypt, "bcrypt"}, {0, "unknown"}, {42, "unknown"}} {
+	}{
+		{Argon2id, "argon2id"}, {Argon2i, "argon2i"}, {Bcrypt, "bcrypt"},
+		{PBKDF2SHA1, "pbkdf2-sha1"}, {PBKDF2SHA256, "pbkdf2-sha256"}, {PBKDF2SHA512, "pbkdf2-sha512"},
+		{Scrypt, "scrypt"}, {SHA256Crypt, "sha256-crypt"}, {SHA512Crypt, "sha512-crypt"},
+		{0, "unknown"}, {42, "unknown"},
+	} {
 		if got := tt.a.String(); got != tt.want {
 			t.Errorf("Algorithm(%d).String() = %q, want %q", uint8(tt.a), got, tt.want)
 		}
@@ -303,6 +309,14 @@ func TestWorkAndMemoryBytes(t *testing.T) {
 		{"argon2 at limits", &Hash{Algorithm: Argon2id, Params: Params{Memory: 1<<32 - 1, Iterations: 1<<32 - 1}}, float64(1<<32-1) * float64(1<<32-1), (1<<32 - 1) << 10, "argon2id"},
 		{"bcrypt cost 10", bc, 1024, 4 << 10, "bcrypt"},
 		{"bcrypt cost 31", &Hash{Algorithm: Bcrypt, Cost: 31}, 1 << 31, 4 << 10, "bcrypt"},
+		{"pbkdf2-sha256", &Hash{Algorithm: PBKDF2SHA256, Rounds: 29000}, 29000, 4 << 10, "pbkdf2-sha256"},
+		{"pbkdf2-sha1", &Hash{Algorithm: PBKDF2SHA1, Rounds: 131000}, 131000, 4 << 10, "pbkdf2-sha1"},
+		{"pbkdf2-sha512", &Hash{Algorithm: PBKDF2SHA512, Rounds: 25000}, 25000, 4 << 10, "pbkdf2-sha512"},
+		{"scrypt passlib default", &Hash{Algorithm: Scrypt, Scrypt: ScryptParams{LogN: 16, R: 8, P: 1}}, 1 << 19, 128 * 8 * (1<<16 + 3), "scrypt"},
+		{"scrypt p=5", &Hash{Algorithm: Scrypt, Scrypt: ScryptParams{LogN: 14, R: 8, P: 5}}, 5 << 17, 128 * 8 * (1<<14 + 7), "scrypt"},
+		{"scrypt saturates", &Hash{Algorithm: Scrypt, Scrypt: ScryptParams{LogN: 63, R: 1 << 31, P: 1}}, math.Ldexp(1<<31, 63), math.MaxInt64, "scrypt"},
+		{"sha256-crypt", &Hash{Algorithm: SHA256Crypt, Rounds: 5000}, 5000, 4 << 10, "sha256-crypt"},
+		{"sha512-crypt", &Hash{Algorithm: SHA512Crypt, Rounds: 656000}, 656000, 4 << 10, "sha512-crypt"},
 		{"unknown", &Hash{}, 0, 0, "unknown"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -326,6 +340,8 @@ func TestDefaults(t *testing.T) {
 	wantLimits := Limits{
 		MaxEncodedLen: 512, MaxPasswordLen: 4096, MaxMemoryKiB: 262144, MaxIterations: 16, MaxParallelism: 16,
 		MinSaltLen: 8, MaxSaltLen: 64, MinKeyLen: 16, MaxKeyLen: 128, MaxBcryptCost: 14,
+		MaxPBKDF2Iterations: 2_000_000, MaxScryptLogN: 20, MaxScryptR: 32, MaxScryptP: 16, MaxScryptWork: 1 << 22,
+		MaxShaCryptRounds: 1_000_000, MaxShaCryptPasswordLen: 256,
 	}
 	if diff := cmp.Diff(wantLimits, DefaultLimits()); diff != "" {
 		t.Errorf("DefaultLimits (-want +got):\n%s", diff)
@@ -363,6 +379,15 @@ func TestLimitsValidate(t *testing.T) {
 		{"MaxKeyLen", func(l *Limits) { l.MaxKeyLen = 15 }, "MaxKeyLen 15 is below MinKeyLen 16"},
 		{"MaxBcryptCost low", func(l *Limits) { l.MaxBcryptCost = 3 }, "MaxBcryptCost 3 is outside 4..31"},
 		{"MaxBcryptCost high", func(l *Limits) { l.MaxBcryptCost = 32 }, "MaxBcryptCost 32 is outside 4..31"},
+		{"MaxPBKDF2Iterations", func(l *Limits) { l.MaxPBKDF2Iterations = 0 }, "MaxPBKDF2Iterations 0 is below 1"},
+		{"MaxScryptLogN low", func(l *Limits) { l.MaxScryptLogN = 0 }, "MaxScryptLogN 0 is outside 1..40"},
+		{"MaxScryptLogN high", func(l *Limits) { l.MaxScryptLogN = 41 }, "MaxScryptLogN 41 is outside 1..40"},
+		{"MaxScryptR", func(l *Limits) { l.MaxScryptR = 1<<16 + 1 }, "MaxScryptR 65537 is outside 1..65536"},
+		{"MaxScryptP", func(l *Limits) { l.MaxScryptP = 0 }, "MaxScryptP 0 is outside 1..4096"},
+		{"MaxScryptWork", func(l *Limits) { l.MaxScryptWork = 1 }, "MaxScryptWork 1 is below 2"},
+		{"MaxShaCryptRounds low", func(l *Limits) { l.MaxShaCryptRounds = 999 }, "MaxShaCryptRounds 999 is outside 1000..999999999"},
+		{"MaxShaCryptRounds high", func(l *Limits) { l.MaxShaCryptRounds = 1e9 }, "MaxShaCryptRounds 1000000000 is outside 1000..999999999"},
+		{"MaxShaCryptPasswordLen", func(l *Limits) { l.MaxShaCryptPasswordLen = 0 }, "MaxShaCryptPasswordLen 0 is below 1"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			l := DefaultLimits()

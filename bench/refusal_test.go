@@ -95,14 +95,14 @@ func benchSubmitRefused(b *testing.B) {
 	defer cancel()
 	const cost = 200 * time.Millisecond
 	hold := func() { <-release }
-	held.Go(func() { _, _ = pool.Submit(ctx, cost, hold) }) // runs
+	held.Go(func() { _, _ = pool.Submit(ctx, cost, 0, hold) }) // runs
 	waitFor(b, "a busy worker", func() bool { return pool.Stats().Busy == 1 })
-	held.Go(func() { _, _ = pool.Submit(ctx, cost, hold) }) // queued
+	held.Go(func() { _, _ = pool.Submit(ctx, cost, 0, hold) }) // queued
 	waitFor(b, "a queued job", func() bool { return pool.Stats().Queued == 1 })
 
 	noop := func() {}
 	benchSequential(b, func() error {
-		if _, err := pool.Submit(ctx, cost, noop); err != workpool.ErrQueueFull {
+		if _, err := pool.Submit(ctx, cost, 0, noop); err != workpool.ErrQueueFull {
 			return fmt.Errorf("Submit = %v, want ErrQueueFull", err)
 		}
 		return nil

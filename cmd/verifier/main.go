@@ -34,7 +34,9 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("verifier", flag.ContinueOnError)
 	fs.StringVar(&cfg.ListenAddr, "listen", cfg.ListenAddr, "gRPC listen address")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-listen", cfg.MetricsAddr, "HTTP address for /metrics (empty: none)")
-	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "hashes run at once, and so Argon2 arrays held at once (default: the cores)")
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "hashes run at once (default: the cores)")
+	fs.Var((*verifier.ByteSize)(&cfg.MemoryBudget), "memory-budget",
+		"Argon2 memory the running hashes may hold in all, with a unit: 512MiB, 2GiB, 300MB (auto: the container's limit less 128MiB, else half the host's memory less 64MiB)")
 	fs.IntVar(&cfg.QueueCapacity, "queue", cfg.QueueCapacity, "requests that may wait for a worker")
 	fs.DurationVar(&cfg.MaxQueueWait, "max-queue-wait", cfg.MaxQueueWait, "refuse arrivals whose projected queue wait exceeds this")
 	fs.DurationVar(&cfg.LIFOAfter, "lifo-after", cfg.LIFOAfter, "serve newest first once the oldest queued request waited this long")
@@ -77,8 +79,11 @@ func run(args []string) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	budget, source := cfg.ResolveMemoryBudget()
+	cfg.MemoryBudget = budget
+	cfg.Logger.Info("memory budget", "budget", verifier.ByteSize(budget).Approx(), "bytes", budget, "source", source)
 	if *resident {
-		limit := verifier.KeepHeapResident(cfg.Workers, cfg.Policy)
+		limit := verifier.KeepHeapResident(cfg.Workers, cfg.Policy, budget)
 		cfg.Logger.Info("heap kept resident", "soft_memory_limit_mib", limit>>20)
 	}
 

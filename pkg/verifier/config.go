@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/leveehq/levee/pkg/bytesize"
 	"github.com/leveehq/levee/pkg/deadline"
 	"github.com/leveehq/levee/pkg/registry"
 	"github.com/leveehq/levee/pkg/verify"
@@ -23,8 +25,15 @@ type Config struct {
 	MetricsAddr string
 
 	// Workers is the number of hashes that may run at once: one per core by
-	// default. It also bounds Argon2 memory: at most Workers × m live at once.
+	// default.
 	Workers int
+	// MemoryBudget bounds, in bytes, the Argon2 memory of the hashes running
+	// at once (each stored hash brings its own m): a hash starts only when a
+	// worker is free and its memory fits what the running ones left. A stored
+	// hash needing more than the whole budget is refused with
+	// FAILED_PRECONDITION and never hashed. It must hold one policy hash.
+	// Zero derives it from the container or host (see ResolveMemoryBudget).
+	MemoryBudget int64
 	// QueueCapacity bounds the requests waiting for a worker.
 	QueueCapacity int
 	// MaxQueueWait refuses arrivals whose projected queue wait exceeds it,
@@ -99,6 +108,15 @@ func (c Config) Validate() error {
 	if c.Workers < 1 {
 		errs = append(errs, fmt.Errorf("Workers must be at least 1, got %d", c.Workers))
 	}
+	if c.MemoryBudget < 0 {
+		errs = append(errs, fmt.Errorf("MemoryBudget must not be negative (zero: derive it), got %d", c.MemoryBudget))
+	} else if need, err := policyMemory(c); err == nil {
+		if budget, source := c.ResolveMemoryBudget(); budget < need {
+			errs = append(errs, fmt.Errorf("MemoryBudget %s (%s) cannot hold one hash of the policy (m = %d KiB = %s): "+
+				"raise the budget (-memory-budget) or the container's memory limit, or lower the policy's memory",
+				ByteSize(budget).Approx(), source, c.Policy.Params.Memory, ByteSize(need).Approx()))
+		}
+	}
 	if c.QueueCapacity < 1 {
 		errs = append(errs, fmt.Errorf("QueueCapacity must be at least 1, got %d", c.QueueCapacity))
 	}
@@ -136,5 +154,79 @@ func (c Config) Validate() error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("verifier config: %w", err)
 	}
+	return nil
+}
+
+// policyMemory is the memory one hash of c's policy needs, or an error when
+// the policy is invalid (Validate reports that separately).
+func policyMemory(c Config) (int64, error) {
+	v, err := verify.New(c.Policy, c.Limits)
+	if err != nil {
+		return 0, err
+	}
+	return v.PolicyHash().MemoryBytes(), nil
+}
+
+// ResolveMemoryBudget returns the memory budget a verifier built from c
+// uses, and where it came from: MemoryBudget when set, else the default
+// derived by DefaultMemoryBudget from the container's memory limit or the
+// host's memory; where neither can be read (not Linux), Workers hashes of
+// the policy, the bound the workers alone used to give.
+func (c Config) ResolveMemoryBudget() (budget int64, source string) {
+	if c.MemoryBudget > 0 {
+		return c.MemoryBudget, "configured"
+	}
+	budget, source, err := DefaultMemoryBudget()
+	if err == nil {
+		return budget, source
+	}
+	need, perr := policyMemory(c)
+	if perr != nil {
+		return 0, fmt.Sprintf("%v; and the policy is invalid", err)
+	}
+	return int64(max(c.Workers, 1)) * need, fmt.Sprintf("workers × policy memory (%v)", err)
+}
+
+// ByteSize is a number of bytes written with an explicit unit: "512MiB",
+// "2GiB", "0.5GiB" (1024-based: KiB, MiB, GiB, TiB, or Kubernetes' Ki, Mi,
+// Gi, Ti), "300MB" (1000-based: kB or KB, MB, GB, TB) or "4096B". A bare
+// number is refused: whether "512" meant bytes or MiB is exactly the
+// mistake that gets a pod killed. *ByteSize is a flag.Value, where "auto"
+// stands for zero (derive the value).
+type ByteSize int64
+
+// ParseByteSize parses a size with an explicit unit (bytesize.Parse): a bare
+// number or a lone K/M/G/T is refused, not guessed.
+func ParseByteSize(s string) (ByteSize, error) {
+	n, err := bytesize.Parse(s)
+	return ByteSize(n), err
+}
+
+// String writes b exactly, so that it parses back to the same value; zero
+// is "auto".
+func (b ByteSize) String() string {
+	if b == 0 {
+		return "auto"
+	}
+	return bytesize.Format(int64(b))
+}
+
+// Approx writes b for people ("11.7GiB").
+func (b ByteSize) Approx() string { return bytesize.Size(b).Approx() }
+
+// Set implements flag.Value: a size with a unit, or "auto" for zero.
+func (b *ByteSize) Set(s string) error {
+	if strings.TrimSpace(s) == "auto" {
+		*b = 0
+		return nil
+	}
+	n, err := ParseByteSize(s)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("size %q: must be positive (or auto)", s)
+	}
+	*b = n
 	return nil
 }

@@ -15,6 +15,7 @@ const (
 	reasonQueueExpired = "queue_expired"   // deadline passed while queued
 	reasonCancel       = "cancelled"       // caller left while queued
 	reasonDraining     = "draining"        // node draining or closed
+	reasonTooBig       = "over_memory"     // stored hash needs more memory than the whole budget
 )
 
 type metrics struct {
@@ -51,7 +52,7 @@ func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *verify.Co
 		}, []string{"rpc"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "levee_verifier_dropped_total",
-			Help: "Requests not hashed, by reason (arrival, dequeue_expired, queue_expired, cancelled, draining) and priority.",
+			Help: "Requests not hashed, by reason (arrival, dequeue_expired, queue_expired, cancelled, draining, over_memory) and priority.",
 		}, []string{"reason", "priority"}),
 		hashes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "levee_verifier_hashes_total",
@@ -75,6 +76,14 @@ func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *verify.Co
 			Help: "Workers taking work (lower than configured while the capacity knob is in use).",
 		}, stat(func(s workpool.Stats) float64 { return float64(s.Active) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "levee_verifier_memory_budget_bytes",
+			Help: "Argon2 memory the hashes running at once may hold in all.",
+		}, stat(func(s workpool.Stats) float64 { return float64(s.MemoryBudget) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "levee_verifier_memory_in_use_bytes",
+			Help: "Argon2 memory held by the hashes running now (by their parameters).",
+		}, stat(func(s workpool.Stats) float64 { return float64(s.MemoryInUse) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "levee_verifier_lifo",
 			Help: "1 while the queue serves newest first.",
 		}, stat(func(s workpool.Stats) float64 { return b2f(s.LIFO) })),
@@ -89,11 +98,11 @@ func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *verify.Co
 		m.goodput.WithLabelValues(rpc)
 		m.late.WithLabelValues(rpc)
 	}
-	for _, a := range []verify.Algorithm{verify.Argon2id, verify.Argon2i, verify.Bcrypt} {
+	for _, a := range verify.Algorithms() {
 		m.service.WithLabelValues(a.String())
 		m.hashes.WithLabelValues(a.String())
 	}
-	for _, r := range []string{reasonArrival, reasonExpired, reasonQueueExpired, reasonCancel, reasonDraining} {
+	for _, r := range []string{reasonArrival, reasonExpired, reasonQueueExpired, reasonCancel, reasonDraining, reasonTooBig} {
 		for _, p := range []callmeta.Priority{callmeta.Critical, callmeta.Interactive, callmeta.Batch} {
 			m.dropped.WithLabelValues(r, p.String())
 		}

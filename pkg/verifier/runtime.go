@@ -1,7 +1,14 @@
 package verifier
 
 import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
 	"runtime/debug"
+	"strconv"
+	"strings"
 
 	"github.com/leveehq/levee/pkg/verify"
 )
@@ -9,6 +16,11 @@ import (
 // residentBase is the headroom, beyond the Argon2 arrays, that the heap
 // limit leaves for everything else a verifier holds.
 const residentBase = 64 << 20
+
+// outsideHeap is what a container's memory limit must leave beyond the Go
+// heap's soft limit: the binary's text, goroutine stacks and runtime
+// metadata, and the kernel's own accounting of the process.
+const outsideHeap = 64 << 20
 
 // KeepHeapResident tunes the Go runtime of a process whose work is Argon2
 // and returns the soft memory limit it set. It is process-wide, so only a
@@ -21,10 +33,126 @@ const residentBase = 64 << 20
 // With GOGC off and a soft memory limit of twice the arrays the workers can
 // hold at once plus a base, garbage collection runs only when that limit
 // nears, and the scavenger keeps freed arrays resident for reuse.
-func KeepHeapResident(workers int, policy verify.Policy) int64 {
+//
+// With a memory budget (budget > 0), the limit is at most budget plus the
+// base: the pool's memory permits let no more than budget bytes of Argon2
+// arrays be live at once, so the heap fits in that; when it binds, the
+// collector runs more often (about once per budget's worth of hashes rather
+// than once per two rounds), which with a tiny live heap of pointer-free
+// arrays is cheap, and the process stays inside the container that the
+// budget was derived from. A 256 MiB container with four workers and the
+// 64 MiB policy used to get a 576 MiB limit and was OOM-killed on its
+// fourth hash.
+func KeepHeapResident(workers int, policy verify.Policy, budget int64) int64 {
 	arrays := int64(workers) * int64(policy.Params.Memory) << 10
 	limit := 2*arrays + residentBase
+	if budget > 0 {
+		limit = min(limit, budget+residentBase)
+	}
 	debug.SetGCPercent(-1)
 	debug.SetMemoryLimit(limit)
 	return limit
+}
+
+// memoryFiles are where DefaultMemoryBudget reads the memory it may use;
+// tests point them at temporary files.
+type memoryFiles struct {
+	CgroupV2 string // cgroup v2 memory.max: bytes, or "max"
+	CgroupV1 string // cgroup v1 memory.limit_in_bytes: bytes, near 2^63 for none
+	MemInfo  string // /proc/meminfo, for MemTotal
+}
+
+var systemMemoryFiles = memoryFiles{
+	CgroupV2: "/sys/fs/cgroup/memory.max",
+	CgroupV1: "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+	MemInfo:  "/proc/meminfo",
+}
+
+// errNoMemoryInfo: neither a cgroup limit nor the host's memory could be read.
+var errNoMemoryInfo = errors.New("no cgroup memory limit and no /proc/meminfo")
+
+// DefaultMemoryBudget derives a memory budget for Argon2 arrays from the
+// process's environment and says where it came from:
+//
+//   - Under a cgroup memory limit L (v2 memory.max, else v1
+//     memory.limit_in_bytes): L − 128 MiB, that is 64 MiB of Go heap beyond
+//     the arrays (the soft limit's base) and 64 MiB outside the Go heap.
+//     "max", a value of 2^62 or more, or one at least the host's memory
+//     means no limit.
+//   - Else half the host's memory (MemTotal) less the 64 MiB base: a
+//     verifier shares a host, and the soft limit lands at exactly the half.
+//
+// A limit too small for the headroom gives a budget of zero, which
+// Validate refuses with the limit in its message. It returns an error when
+// nothing could be read (not Linux).
+func DefaultMemoryBudget() (budget int64, source string, err error) {
+	return defaultMemoryBudget(systemMemoryFiles)
+}
+
+func defaultMemoryBudget(f memoryFiles) (int64, string, error) {
+	total, terr := memTotal(f.MemInfo)
+	for _, c := range []struct{ path, name string }{{f.CgroupV2, "cgroup v2 memory.max"}, {f.CgroupV1, "cgroup v1 memory.limit_in_bytes"}} {
+		limit, ok := cgroupLimit(c.path)
+		if !ok {
+			continue
+		}
+		if limit >= 1<<62 || terr == nil && limit >= total {
+			break // no real limit: the host's memory decides
+		}
+		budget := max(limit-residentBase-outsideHeap, 0)
+		return budget, fmt.Sprintf("%s %s less %s headroom", c.name, ByteSize(limit).Approx(), ByteSize(residentBase+outsideHeap).Approx()), nil
+	}
+	if terr != nil {
+		return 0, "", fmt.Errorf("%w: %v", errNoMemoryInfo, terr)
+	}
+	budget := max(total/2-residentBase, 0)
+	return budget, fmt.Sprintf("half of host MemTotal %s less %s", ByteSize(total).Approx(), ByteSize(residentBase).Approx()), nil
+}
+
+// cgroupLimit reads a cgroup memory limit file; ok is false when the file
+// is absent, unreadable, says "max" or holds no positive number.
+func cgroupLimit(path string) (int64, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	s := string(bytes.TrimSpace(b))
+	if s == "max" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	return n, true
+}
+
+// memTotal reads MemTotal (in kB, which the kernel means as KiB) from a
+// meminfo file.
+func memTotal(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) != 2 || fields[1] != "kB" {
+			return 0, fmt.Errorf("%s: malformed MemTotal line %q", path, sc.Text())
+		}
+		kib, err := strconv.ParseInt(fields[0], 10, 64)
+		if err != nil || kib <= 0 || kib > 1<<52 {
+			return 0, fmt.Errorf("%s: malformed MemTotal line %q", path, sc.Text())
+		}
+		return kib << 10, nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("%s: no MemTotal line", path)
 }

@@ -18,8 +18,16 @@
 //     and a caller who cancels while queued is removed and never hashed.
 //   - The queue serves newest first once its oldest entry has waited past
 //     LIFOAfter, oldest first again once it drains.
-//   - At most Workers hashes run at once, so Argon2 memory is bounded by
-//     Workers × m of the largest admitted hash.
+//   - At most Workers hashes run at once, and the Argon2 memory of those
+//     running (each stored hash brings its own m) sums to at most
+//     MemoryBudget: a hash waits in the queue until both a worker and its
+//     memory are free. Small hashes may start ahead of a large one waiting
+//     for memory, at most Workers of them, then the large one is next.
+//   - A stored hash whose memory alone exceeds MemoryBudget could never run
+//     here: it is FAILED_PRECONDITION at once, naming its memory and the
+//     budget, and never hashed. Not RESOURCE_EXHAUSTED (retrying cannot
+//     help), not INVALID_ARGUMENT (the hash is well-formed and within
+//     Limits; it is this node's budget that cannot hold it).
 //   - Health is NOT_SERVING until the workers are warm, and again from the
 //     moment a drain starts; during a drain new calls get UNAVAILABLE
 //     (retryable elsewhere) while queued work is finished or dropped by its
@@ -74,10 +82,11 @@ import (
 const PushbackTrailer = "grpc-retry-pushback-ms"
 
 // Trailers of an admitted call: how long it waited for a worker and how long
-// its hash took, in whole microseconds, and how many workers the node runs
-// now. A gateway's admission limiter adapts to the first, the second
-// calibrates its deadline check, and the third bounds what the gateway sends
-// the node at once.
+// its hash took, in whole microseconds, and how many policy hashes the node
+// can start at once now: its active workers, or fewer when its memory budget
+// holds fewer policy hashes. A gateway's admission limiter adapts to the
+// first, the second calibrates its deadline check, and the third bounds what
+// the gateway sends the node at once.
 const (
 	QueueWaitTrailer   = "levee-queue-wait-us"
 	ServiceTimeTrailer = "levee-service-us"
@@ -127,11 +136,13 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("verifier: %w", err)
 	}
+	budget, budgetSource := cfg.ResolveMemoryBudget()
 	pool, err := workpool.New(workpool.Config{
 		Workers:       cfg.Workers,
 		QueueCapacity: cfg.QueueCapacity,
 		MaxQueueWait:  cfg.MaxQueueWait,
 		LIFOAfter:     cfg.LIFOAfter,
+		MemoryBudget:  budget,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("verifier: %w", err)
@@ -148,6 +159,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	s.log.Debug("memory budget", "bytes", budget, "budget", ByteSize(budget).Approx(), "source", budgetSource)
+	if maxHash := int64(cfg.Limits.MaxMemoryKiB) << 10; maxHash > budget {
+		s.log.Warn("stored hashes may ask for more memory than the budget holds; those are refused with FAILED_PRECONDITION",
+			"max_memory", ByteSize(maxHash).Approx(), "memory_budget", ByteSize(budget).Approx())
 	}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
@@ -253,6 +269,7 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) error {
 		if gctx.Err() == nil {
 			s.setServing(true)
 			s.log.Info("verifier serving", "addr", lis.Addr().String(), "workers", s.cfg.Workers,
+				"memory_budget", ByteSize(s.pool.Stats().MemoryBudget).Approx(),
 				"expected_hash", s.model.Estimate(s.policy))
 			reg = rg.register(gctx)
 		}
@@ -363,7 +380,7 @@ func (s *Server) warm(ctx context.Context) error {
 		errs := make(chan error, s.cfg.Workers)
 		for range s.cfg.Workers {
 			go func() {
-				_, err := s.pool.Submit(ctx, 0, func() {
+				_, err := s.pool.Submit(ctx, 0, s.policy.MemoryBytes(), func() {
 					start := time.Now()
 					_, err := s.v.HashPassword(pw, rand.Reader)
 					if took := time.Since(start); err == nil && round == 1 {
@@ -464,7 +481,7 @@ func (s *Server) Hash(ctx context.Context, req *verifyv1.HashRequest) (*verifyv1
 // run queues fn (one hash with the cost of h) and accounts for its fate.
 func (s *Server) run(ctx context.Context, rpc string, h *verify.Hash, fn func()) error {
 	alg := h.Algorithm.String()
-	res, err := s.pool.Submit(ctx, s.model.Estimate(h), func() {
+	res, err := s.pool.Submit(ctx, s.model.Estimate(h), h.MemoryBytes(), func() {
 		s.metrics.hashes.WithLabelValues(alg).Inc()
 		if s.beforeHash != nil {
 			s.beforeHash(ctx, rpc)
@@ -481,7 +498,7 @@ func (s *Server) run(ctx context.Context, rpc string, h *verify.Hash, fn func())
 	_ = grpc.SetTrailer(ctx, metadata.Pairs(
 		QueueWaitTrailer, strconv.FormatInt(res.Wait.Microseconds(), 10),
 		ServiceTimeTrailer, strconv.FormatInt(res.Service.Microseconds(), 10),
-		WorkersTrailer, strconv.Itoa(s.pool.Stats().Active)))
+		WorkersTrailer, strconv.Itoa(s.slots())))
 	s.metrics.queueWait.WithLabelValues(rpc).Observe(res.Wait.Seconds())
 	s.metrics.service.WithLabelValues(alg).Observe(res.Service.Seconds())
 	s.model.Observe(h, res.Ran)
@@ -491,6 +508,16 @@ func (s *Server) run(ctx context.Context, rpc string, h *verify.Hash, fn func())
 	}
 	s.metrics.goodput.WithLabelValues(rpc).Inc()
 	return nil
+}
+
+// slots is how many policy hashes may run at once now: the active workers,
+// or as many as the memory budget holds when that is fewer.
+func (s *Server) slots() int {
+	st := s.pool.Stats()
+	if m := s.policy.MemoryBytes(); st.MemoryBudget > 0 && m > 0 {
+		return int(min(int64(st.Active), max(st.MemoryBudget/m, 1)))
+	}
+	return st.Active
 }
 
 // Refusals are built once: the shed path formats nothing.
@@ -522,6 +549,12 @@ func (s *Server) notRun(ctx context.Context, rpc string, h *verify.Hash, res wor
 		return s.count(reasonArrival, priority, status.Errorf(codes.DeadlineExceeded,
 			"remaining deadline %v is shorter than the expected %s time %v", remaining.Round(time.Millisecond),
 			h.Algorithm, time.Duration(float64(s.model.Estimate(h))*s.pool.Stats().Slowdown).Round(time.Millisecond)))
+	case errors.Is(err, workpool.ErrTooBig):
+		// Configuration, not load: no pushback trailer, nothing to retry.
+		return s.count(reasonTooBig, priority, status.Errorf(codes.FailedPrecondition,
+			"the stored %s hash needs %s of memory, more than this verifier's whole memory budget of %s: "+
+				"it can never be verified here (raise -memory-budget, or rehash it with a smaller m)",
+			h.Algorithm, ByteSize(h.MemoryBytes()).Approx(), ByteSize(s.pool.Stats().MemoryBudget).Approx()))
 	case errors.Is(err, workpool.ErrDraining), errors.Is(err, workpool.ErrClosed):
 		return s.count(reasonDraining, priority, errDraining)
 	case errors.Is(err, workpool.ErrExpired):

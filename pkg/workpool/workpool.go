@@ -3,20 +3,34 @@
 //
 // The pool promises:
 //
-//   - At most Workers jobs run at once; nothing is allocated per queued job
-//     beyond its small bookkeeping record, so the memory a job needs while
-//     running (an Argon2 block array, say) is bounded by Workers × one job.
+//   - At most Workers jobs run at once, and, with a MemoryBudget, the memory
+//     the running jobs declared (Submit's mem: an Argon2 block array, say)
+//     sums to at most the budget: a job starts only when a worker is free and
+//     the memory in use plus its own fits. Nothing is allocated per queued job
+//     beyond its small bookkeeping record.
+//   - A job declaring more memory than the whole budget can never start; it
+//     is refused at arrival (ErrTooBig) and never queued.
 //   - Admission at arrival: Submit refuses at once, without queueing, when the
 //     queue is full, when the projected queue wait (the summed expected cost of
 //     queued jobs divided by the active workers) exceeds MaxQueueWait, or when
 //     the projected wait plus the job's own cost would overrun the caller's
 //     deadline.
 //   - Admission at dequeue: a job whose remaining deadline is shorter than its
-//     expected cost when a worker picks it up is dropped without running.
+//     expected cost when a worker picks it up (or looks past it for a job
+//     that fits the memory left) is dropped without running.
 //   - A job whose context is cancelled while queued is removed and never runs.
 //   - Adaptive LIFO: jobs are served oldest first while the queue is short;
 //     once the oldest queued job has waited longer than LIFOAfter, newest first
 //     (its callers are the ones still waiting), until the queue drains.
+//   - Bounded skip-ahead for memory: when the next job in service order does
+//     not fit the memory left, a free worker may start a later job that does
+//     fit (a cheap bcrypt check behind a large Argon2 one), but each waiting
+//     job lets at most Workers jobs pass it. After that nothing starts ahead
+//     of it: memory frees as running jobs end, and it is next. A large job is
+//     delayed by at most one round of small ones, never starved.
+//   - The projected wait accounts for memory: when the budget over the mean
+//     memory of the queued jobs is below the active workers, that many jobs
+//     are expected to run at once, not the workers.
 //
 // A Pool is safe for concurrent use. Its workers are started by New and
 // stopped, and waited for, by Close.
@@ -26,6 +40,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 )
@@ -47,6 +62,10 @@ var (
 	ErrDeadlineTooShort = fmt.Errorf("%w: remaining deadline shorter than the expected cost", ErrRefused)
 	// ErrDraining: the pool takes no new work.
 	ErrDraining = fmt.Errorf("%w: draining", ErrRefused)
+	// ErrTooBig: the job declares more memory than the whole MemoryBudget,
+	// so it could never start on this pool. Unlike the other refusals it is
+	// not about load: retrying cannot help.
+	ErrTooBig = fmt.Errorf("%w: job needs more memory than the whole budget", ErrRefused)
 
 	// ErrExpired: the job was dropped at dequeue because its remaining
 	// deadline was shorter than its expected cost.
@@ -69,6 +88,9 @@ type Config struct {
 	// LIFOAfter switches the queue to newest-first once the oldest queued job
 	// has waited this long; it returns to oldest-first when the queue drains.
 	LIFOAfter time.Duration
+	// MemoryBudget bounds the summed memory (Submit's mem, in bytes) of the
+	// running jobs; zero means no bound beyond Workers.
+	MemoryBudget int64
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -85,6 +107,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("workpool: MaxQueueWait must be positive, got %v", c.MaxQueueWait)
 	case c.LIFOAfter <= 0:
 		return fmt.Errorf("workpool: LIFOAfter must be positive, got %v", c.LIFOAfter)
+	case c.MemoryBudget < 0:
+		return fmt.Errorf("workpool: MemoryBudget must not be negative (zero: no bound), got %d", c.MemoryBudget)
 	}
 	return nil
 }
@@ -112,6 +136,11 @@ type Stats struct {
 	Draining   bool          // refusing new work
 	Slowdown   float64       // service-time multiplier in force
 	Completed  uint64        // jobs that ran to completion, ever
+
+	MemoryBudget int64 // configured budget in bytes; 0: none
+	MemoryInUse  int64 // memory declared by the running jobs
+	PeakMemory   int64 // the highest MemoryInUse ever reached
+	QueuedMemory int64 // memory declared by the queued jobs
 }
 
 type jobState uint8
@@ -126,7 +155,9 @@ type job struct {
 	ctx      context.Context
 	fn       func()
 	cost     time.Duration
+	mem      int64
 	enqueued time.Time
+	bypassed int // jobs started ahead of this one because it did not fit
 	state    jobState
 	err      error
 	res      Result
@@ -147,6 +178,10 @@ type Pool struct {
 	head, tail *job
 	queued     int
 	queuedCost time.Duration
+	queuedMem  int64
+	memInUse   int64
+	peakMem    int64
+	memBlocked bool // a queued job did not fit the memory left when last looked at
 	busy       int
 	active     int
 	slowdown   float64
@@ -179,19 +214,21 @@ func New(cfg Config) (*Pool, error) {
 }
 
 // Submit queues fn to run on a worker with expected cost (its own run time,
-// which the pool stretches by the slowdown in force), and waits until it
+// which the pool stretches by the slowdown in force) and mem bytes of the
+// MemoryBudget held while it runs (zero or less: none), and waits until it
 // ran or was dropped. It returns nil only when fn ran. Refusals at arrival
 // match ErrRefused; see the package doc for when each error is returned.
 // If ctx ends while fn is running, Submit still waits for fn to return, so
 // that fn may safely write variables the caller reads afterwards.
-func (p *Pool) Submit(ctx context.Context, cost time.Duration, fn func()) (Result, error) {
+func (p *Pool) Submit(ctx context.Context, cost time.Duration, mem int64, fn func()) (Result, error) {
+	mem = max(mem, 0)
 	now := p.now()
 	p.mu.Lock()
-	if err := p.admitLocked(ctx, now, cost); err != nil {
+	if err := p.admitLocked(ctx, now, cost, mem); err != nil {
 		p.mu.Unlock()
 		return Result{}, err
 	}
-	j := &job{ctx: ctx, fn: fn, cost: cost, enqueued: now, done: make(chan struct{})}
+	j := &job{ctx: ctx, fn: fn, cost: cost, mem: mem, enqueued: now, done: make(chan struct{})}
 	p.pushLocked(j)
 	p.work.Signal()
 	p.mu.Unlock()
@@ -204,6 +241,10 @@ func (p *Pool) Submit(ctx context.Context, cost time.Duration, fn func()) (Resul
 	p.mu.Lock()
 	if j.state == stateQueued {
 		p.removeLocked(j)
+		if p.memBlocked {
+			// It may have been the job that those behind it waited for.
+			p.work.Signal()
+		}
 		j.state = stateDone
 		j.res.Wait = p.now().Sub(j.enqueued)
 		p.mu.Unlock()
@@ -215,10 +256,12 @@ func (p *Pool) Submit(ctx context.Context, cost time.Duration, fn func()) (Resul
 }
 
 // admitLocked decides at arrival. It allocates nothing.
-func (p *Pool) admitLocked(ctx context.Context, now time.Time, cost time.Duration) error {
+func (p *Pool) admitLocked(ctx context.Context, now time.Time, cost time.Duration, mem int64) error {
 	switch {
 	case p.draining || p.closed:
 		return ErrDraining
+	case p.cfg.MemoryBudget > 0 && mem > p.cfg.MemoryBudget:
+		return ErrTooBig
 	case p.queued >= p.cfg.QueueCapacity:
 		return ErrQueueFull
 	}
@@ -240,12 +283,19 @@ func (p *Pool) admitLocked(ctx context.Context, now time.Time, cost time.Duratio
 }
 
 // projectedWaitLocked estimates how long a job queued now would wait: the
-// expected cost of everything ahead of it spread over the active workers.
+// expected cost of everything ahead of it spread over the jobs that can run
+// at once, the active workers or, when memory binds first, the budget over
+// the mean memory of the queued jobs.
 func (p *Pool) projectedWaitLocked() time.Duration {
 	if p.queued == 0 {
 		return 0
 	}
-	return time.Duration(float64(p.queuedCost) * p.slowdown / float64(p.active))
+	par := float64(p.active)
+	if p.cfg.MemoryBudget > 0 && p.queuedMem > 0 {
+		fit := math.Floor(float64(p.cfg.MemoryBudget) * float64(p.queued) / float64(p.queuedMem))
+		par = max(min(par, fit), 1)
+	}
+	return time.Duration(float64(p.queuedCost) * p.slowdown / par)
 }
 
 // ProjectedWait is the queue wait a job submitted now would expect.
@@ -265,6 +315,7 @@ func (p *Pool) pushLocked(j *job) {
 	p.tail = j
 	p.queued++
 	p.queuedCost += j.cost
+	p.queuedMem += j.mem
 }
 
 func (p *Pool) removeLocked(j *job) {
@@ -281,51 +332,108 @@ func (p *Pool) removeLocked(j *job) {
 	j.prev, j.next = nil, nil
 	p.queued--
 	p.queuedCost -= j.cost
+	p.queuedMem -= j.mem
 	if p.queued == 0 {
 		p.lifo = false
 		p.queuedCost = 0
+		p.queuedMem = 0
 	}
 	p.idle.Broadcast()
 }
 
-// popLocked takes the next job: oldest first, or newest first once the
-// oldest has waited past LIFOAfter. The queue must not be empty.
-func (p *Pool) popLocked(now time.Time) *job {
+// pickLocked takes the next job to run, or returns nil when none may start
+// now. Service order is oldest first, or newest first once the oldest has
+// waited past LIFOAfter. Walking that order, it drops (ErrExpired) every job
+// whose deadline can no longer be met, and takes the first job that fits the
+// memory left, unless a job before it that does not fit has already been
+// passed over Workers times: then nothing starts until that one fits.
+func (p *Pool) pickLocked(now time.Time) *job {
+	if p.head == nil {
+		return nil
+	}
 	if !p.lifo && now.Sub(p.head.enqueued) > p.cfg.LIFOAfter {
 		p.lifo = true
 	}
-	j := p.head
-	if p.lifo {
-		j = p.tail
+	var blocked *job // the first job passed over for memory
+	for j := p.firstLocked(); j != nil; {
+		next := p.afterLocked(j)
+		switch {
+		case p.expiredLocked(j, now):
+			p.removeLocked(j)
+			j.res.Wait = now.Sub(j.enqueued)
+			j.err = ErrExpired
+			p.finishLocked(j)
+		case p.fitsLocked(j):
+			// Everything between blocked and j was passed over.
+			for b := blocked; b != nil && b != j; b = p.afterLocked(b) {
+				b.bypassed++
+			}
+			p.removeLocked(j)
+			return j
+		case j.bypassed >= p.cfg.Workers:
+			p.memBlocked = true
+			return nil
+		default:
+			p.memBlocked = true
+			if blocked == nil {
+				blocked = j
+			}
+		}
+		j = next
 	}
-	p.removeLocked(j)
-	return j
+	return nil
+}
+
+func (p *Pool) firstLocked() *job {
+	if p.lifo {
+		return p.tail
+	}
+	return p.head
+}
+
+func (p *Pool) afterLocked(j *job) *job {
+	if p.lifo {
+		return j.prev
+	}
+	return j.next
+}
+
+func (p *Pool) fitsLocked(j *job) bool {
+	return p.cfg.MemoryBudget == 0 || p.memInUse+j.mem <= p.cfg.MemoryBudget
+}
+
+// expiredLocked reports whether j's remaining deadline is shorter than its
+// expected cost under the slowdown in force.
+func (p *Pool) expiredLocked(j *job, now time.Time) bool {
+	dl, ok := j.ctx.Deadline()
+	return ok && dl.Sub(now) < time.Duration(float64(j.cost)*p.slowdown)
 }
 
 func (p *Pool) worker(idx int) {
 	defer p.wg.Done()
 	for {
 		p.mu.Lock()
-		for !p.closed && (idx >= p.active || p.queued == 0) {
-			if idx >= p.active {
+		var j *job
+		for j == nil {
+			switch {
+			case p.closed:
+				p.mu.Unlock()
+				return
+			case idx >= p.active:
 				p.capacity.Wait()
-			} else {
-				p.work.Wait()
+			default:
+				if j = p.pickLocked(p.now()); j == nil {
+					p.work.Wait()
+				}
 			}
 		}
-		if p.closed {
-			p.mu.Unlock()
-			return
-		}
 		now := p.now()
-		j := p.popLocked(now)
 		j.state = stateRunning
 		j.res.Wait = now.Sub(j.enqueued)
-		if dl, ok := j.ctx.Deadline(); ok && dl.Sub(now) < time.Duration(float64(j.cost)*p.slowdown) {
-			j.err = ErrExpired
-			p.finishLocked(j)
-			p.mu.Unlock()
-			continue
+		if p.memBlocked && p.queued > 0 {
+			// Another idle worker may find a job that fits too: picking
+			// can drop expired jobs, which lifts a block on those behind.
+			p.work.Signal()
 		}
 		if j.ctx.Err() != nil {
 			j.err = ErrCancelled
@@ -334,6 +442,8 @@ func (p *Pool) worker(idx int) {
 			continue
 		}
 		p.busy++
+		p.memInUse += j.mem
+		p.peakMem = max(p.peakMem, p.memInUse)
 		slowdown := p.slowdown
 		p.mu.Unlock()
 
@@ -341,6 +451,7 @@ func (p *Pool) worker(idx int) {
 		j.fn()
 		ran := p.now().Sub(start)
 		if slowdown > 1 {
+			// A slower node holds the job's memory for longer, too.
 			p.hold(time.Duration(float64(ran) * (slowdown - 1)))
 		}
 		j.res.Service = p.now().Sub(start)
@@ -348,7 +459,14 @@ func (p *Pool) worker(idx int) {
 
 		p.mu.Lock()
 		p.busy--
+		p.memInUse -= j.mem
 		p.completed++
+		if p.memBlocked && j.mem > 0 && p.queued > 0 {
+			// Memory freed: jobs waiting for it may start on any idle
+			// worker. Those that still do not fit set memBlocked again.
+			p.memBlocked = false
+			p.work.Broadcast()
+		}
 		p.finishLocked(j)
 		p.mu.Unlock()
 	}
@@ -399,6 +517,11 @@ func (p *Pool) Stats() Stats {
 		Draining:   p.draining || p.closed,
 		Slowdown:   p.slowdown,
 		Completed:  p.completed,
+
+		MemoryBudget: p.cfg.MemoryBudget,
+		MemoryInUse:  p.memInUse,
+		PeakMemory:   p.peakMem,
+		QueuedMemory: p.queuedMem,
 	}
 }
 

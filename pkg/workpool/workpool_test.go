@@ -63,7 +63,7 @@ func block(t *testing.T, p *Pool) *blocker {
 	b := &blocker{release: make(chan struct{}), done: make(chan error, 1)}
 	before := p.Stats().Busy
 	go func() {
-		_, err := p.Submit(context.Background(), time.Millisecond, func() { <-b.release })
+		_, err := p.Submit(context.Background(), time.Millisecond, 0, func() { <-b.release })
 		b.done <- err
 	}()
 	waitFor(t, "blocker to run", func() bool { return p.Stats().Busy == before+1 })
@@ -96,7 +96,7 @@ func (r *recorder) submit(t *testing.T, p *Pool, ctx context.Context, id int, co
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		_, err := p.Submit(ctx, cost, func() {
+		_, err := p.Submit(ctx, cost, 0, func() {
 			r.mu.Lock()
 			r.order = append(r.order, id)
 			r.mu.Unlock()
@@ -248,14 +248,14 @@ func TestRefusedAtArrival(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := p.Submit(tt.ctx, tt.cost, func() { ran = true })
+			_, err := p.Submit(tt.ctx, tt.cost, 0, func() { ran = true })
 			if !errors.Is(err, tt.want) || !errors.Is(err, ErrRefused) {
 				t.Errorf("err = %v, want %v (and ErrRefused)", err, tt.want)
 			}
 		})
 	}
 	r.submit(t, p, context.Background(), 3, time.Second) // projected wait now 3s
-	if _, err := p.Submit(context.Background(), time.Second, func() { ran = true }); !errors.Is(err, ErrQueueFull) {
+	if _, err := p.Submit(context.Background(), time.Second, 0, func() { ran = true }); !errors.Is(err, ErrQueueFull) {
 		t.Errorf("full queue: err = %v, want ErrQueueFull", err)
 	}
 	// Make room in the queue: the wait projection alone must still refuse.
@@ -274,7 +274,7 @@ func TestRefusedAtArrival(t *testing.T) {
 	b = block(t, p)
 	r.submit(t, p, context.Background(), 1, 2*time.Second)
 	r.submit(t, p, context.Background(), 2, time.Second) // projected 3s > 2.5s
-	if _, err := p.Submit(context.Background(), time.Millisecond, func() { ran = true }); !errors.Is(err, ErrWaitTooLong) {
+	if _, err := p.Submit(context.Background(), time.Millisecond, 0, func() { ran = true }); !errors.Is(err, ErrWaitTooLong) {
 		t.Errorf("long projected wait: err = %v, want ErrWaitTooLong", err)
 	}
 	b.Release(t)
@@ -294,7 +294,7 @@ func TestDrain(t *testing.T) {
 	drained := make(chan error, 1)
 	go func() { drained <- p.Drain(context.Background()) }()
 	waitFor(t, "drain to start", func() bool { return p.Stats().Draining })
-	if _, err := p.Submit(context.Background(), time.Millisecond, func() {}); !errors.Is(err, ErrDraining) {
+	if _, err := p.Submit(context.Background(), time.Millisecond, 0, func() {}); !errors.Is(err, ErrDraining) {
 		t.Errorf("Submit while draining: %v, want ErrDraining", err)
 	}
 	select {
@@ -370,7 +370,7 @@ func TestCloseFailsQueuedJobs(t *testing.T) {
 	if len(order) != 0 || !errors.Is(errs[1], ErrClosed) {
 		t.Errorf("after Close: ran %v, err %v; want nothing ran and ErrClosed", order, errs[1])
 	}
-	if _, err := p.Submit(context.Background(), time.Millisecond, func() {}); !errors.Is(err, ErrRefused) {
+	if _, err := p.Submit(context.Background(), time.Millisecond, 0, func() {}); !errors.Is(err, ErrRefused) {
 		t.Errorf("Submit after Close: %v, want a refusal", err)
 	}
 }

@@ -1,0 +1,274 @@
+package verifier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+
+	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/pkg/verify"
+)
+
+// A burst of stored hashes of m = 1 MiB against a 3 MiB budget on four
+// workers: three hash at once, never four, whatever the queue holds. The
+// hashes are held on their workers (the harness's gate) so that they
+// overlap for certain; the in-use gauge is sampled throughout and the
+// pool's peak checked at the end.
+func TestMemoryBudgetBoundsConcurrentHashes(t *testing.T) {
+	const budget = 3 << 20
+	cfg := testConfig()
+	cfg.Workers = 4
+	cfg.QueueCapacity = 32
+	cfg.MemoryBudget = budget
+	h := start(t, cfg)
+
+	stored := storedArgon2("m=1024,t=1,p=1")
+	hashesBefore := h.hashCount()
+	release := h.hold("big")
+
+	stop := make(chan struct{})
+	sampled := make(chan float64, 1)
+	go func() {
+		var peak float64
+		defer func() { sampled <- peak }()
+		for {
+			peak = max(peak, h.metric("levee_verifier_memory_in_use_bytes", nil))
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}()
+
+	const calls = 20
+	var waits []func() error
+	for range calls {
+		waits = append(waits, h.goVerify(context.Background(), "big", stored))
+	}
+	h.waitQueued(calls - 3)
+	st := h.srv.pool.Stats()
+	if st.Busy != 3 || st.MemoryInUse != budget {
+		t.Errorf("with %d calls of 1 MiB queued against a 3 MiB budget on 4 workers: busy=%d in use=%d, want 3 and %d",
+			calls, st.Busy, st.MemoryInUse, budget)
+	}
+	if got := h.metric("levee_verifier_memory_budget_bytes", nil); got != budget {
+		t.Errorf("levee_verifier_memory_budget_bytes = %v, want %d", got, budget)
+	}
+	release()
+	for i, w := range waits {
+		wantOK(t, fmt.Sprintf("call %d", i), w())
+	}
+	close(stop)
+	if peak := <-sampled; peak > budget || peak == 0 {
+		t.Errorf("sampled levee_verifier_memory_in_use_bytes peaked at %v, want in (0, %d]", peak, budget)
+	}
+	// The policy's 64 KiB hashes: the four workers, not the budget, bound them.
+	if got := h.srv.slots(); got != 4 {
+		t.Errorf("slots = %d, want the 4 workers", got)
+	}
+	if peak := h.srv.pool.Stats().PeakMemory; peak != budget {
+		t.Errorf("pool PeakMemory = %d, want exactly the budget %d (three overlapping, never four)", peak, budget)
+	}
+	if got := h.hashCount() - hashesBefore; got != calls {
+		t.Errorf("hashes = %v, want %d", got, calls)
+	}
+}
+
+// A stored hash that needs more memory than the whole budget is refused at
+// once with FAILED_PRECONDITION naming both sizes, without a pushback
+// trailer, counted as over_memory, and never hashed.
+func TestOverBudgetHashRefusedNeverHashed(t *testing.T) {
+	cfg := testConfig()
+	cfg.MemoryBudget = 1 << 20
+	h := start(t, cfg)
+	hashesBefore := h.hashCount()
+
+	var trailer metadata.MD
+	_, err := h.verify.Verify(as(context.Background(), "huge"), &verifyv1.VerifyRequest{
+		EncodedHash: storedArgon2("m=2048,t=1,p=1"), Password: []byte("pw"),
+	}, grpc.Trailer(&trailer))
+	st := wantCode(t, err, codes.FailedPrecondition)
+	for _, want := range []string{"2MiB", "1MiB", "memory budget"} {
+		if !strings.Contains(st.Message(), want) {
+			t.Errorf("message %q does not name %q", st.Message(), want)
+		}
+	}
+	if pb := trailer.Get(PushbackTrailer); len(pb) != 0 {
+		t.Errorf("pushback trailer %v on a refusal no retry can fix", pb)
+	}
+	if got := h.hashCount() - hashesBefore; got != 0 {
+		t.Errorf("hashes = %v after the refusal, want 0", got)
+	}
+	if got := h.metric("levee_verifier_dropped_total", map[string]string{"reason": reasonTooBig}); got != 1 {
+		t.Errorf("dropped{reason=%s} = %v, want 1", reasonTooBig, got)
+	}
+	for _, tenant := range h.hashed() {
+		if tenant == "huge" {
+			t.Errorf("the over-budget hash was hashed")
+		}
+	}
+
+	// One that fits exactly is hashed; the workers trailer says how many
+	// policy hashes (64 KiB) the budget holds: the one worker bounds it.
+	_, err = h.verify.Verify(as(context.Background(), "fits"), &verifyv1.VerifyRequest{
+		EncodedHash: storedArgon2("m=1024,t=1,p=1"), Password: []byte("pw"),
+	}, grpc.Trailer(&trailer))
+	wantOK(t, "hash of exactly the budget", err)
+	if got := trailer.Get(WorkersTrailer); len(got) != 1 || got[0] != "1" {
+		t.Errorf("%s = %v, want [1]", WorkersTrailer, got)
+	}
+}
+
+func TestConfigMemoryBudget(t *testing.T) {
+	cfg := testConfig() // policy m = 64 KiB
+	cfg.MemoryBudget = 32 << 10
+	err := cfg.Validate()
+	if err == nil || !strings.Contains(err.Error(), "MemoryBudget 32KiB (configured) cannot hold one hash of the policy (m = 64 KiB") {
+		t.Errorf("Validate with a budget below one policy hash: %v", err)
+	}
+	if _, err := New(cfg); err == nil {
+		t.Error("New accepted a budget below one policy hash")
+	}
+	cfg.MemoryBudget = -1
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "MemoryBudget must not be negative") {
+		t.Errorf("Validate with a negative budget: %v", err)
+	}
+	cfg.MemoryBudget = 64 << 10
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("Validate with room for exactly one policy hash: %v", err)
+	}
+	if b, src := cfg.ResolveMemoryBudget(); b != 64<<10 || src != "configured" {
+		t.Errorf("ResolveMemoryBudget = %d, %q; want 65536, configured", b, src)
+	}
+}
+
+func TestDefaultMemoryBudget(t *testing.T) {
+	const (
+		mib  = int64(1) << 20
+		host = 8192 * mib
+	)
+	meminfo := fmt.Sprintf("MemTotal:       %d kB\nMemFree:         1234 kB\n", host>>10)
+	tests := []struct {
+		name             string
+		v2, v1, meminfo  string // "" means the file is absent
+		want             int64
+		wantSource       string
+		wantNoMemoryInfo bool
+	}{
+		{name: "cgroup v2 limit", v2: "268435456\n", meminfo: meminfo, want: 128 * mib, wantSource: "cgroup v2 memory.max 256MiB less 128MiB headroom"},
+		{name: "cgroup v2 max", v2: "max\n", meminfo: meminfo, want: host/2 - 64*mib, wantSource: "half of host MemTotal 8GiB less 64MiB"},
+		{name: "cgroup v1 limit", v1: "536870912\n", meminfo: meminfo, want: 384 * mib, wantSource: "cgroup v1 memory.limit_in_bytes 512MiB"},
+		{name: "cgroup v1 unlimited", v1: "9223372036854771712\n", meminfo: meminfo, want: host/2 - 64*mib, wantSource: "half of host"},
+		{name: "limit above the host's memory", v2: fmt.Sprint(2 * host), meminfo: meminfo, want: host/2 - 64*mib, wantSource: "half of host"},
+		{name: "limit below the headroom", v2: fmt.Sprint(100 * mib), meminfo: meminfo, want: 0, wantSource: "cgroup v2 memory.max 100MiB"},
+		{name: "garbage limit", v2: "lots", meminfo: meminfo, want: host/2 - 64*mib, wantSource: "half of host"},
+		{name: "limit without meminfo", v2: "1073741824", want: 896 * mib, wantSource: "cgroup v2 memory.max 1GiB"},
+		{name: "nothing readable", wantNoMemoryInfo: true},
+		{name: "meminfo without MemTotal", meminfo: "MemFree: 1 kB\n", wantNoMemoryInfo: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			write := func(name, content string) string {
+				p := filepath.Join(dir, name)
+				if content != "" {
+					if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return p
+			}
+			f := memoryFiles{CgroupV2: write("memory.max", tt.v2), CgroupV1: write("memory.limit_in_bytes", tt.v1), MemInfo: write("meminfo", tt.meminfo)}
+			got, source, err := defaultMemoryBudget(f)
+			if tt.wantNoMemoryInfo {
+				if !errors.Is(err, errNoMemoryInfo) {
+					t.Fatalf("err = %v, want errNoMemoryInfo", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want || !strings.Contains(source, tt.wantSource) {
+				t.Errorf("budget = %d (%s), source %q; want %d (%s), source containing %q",
+					got, ByteSize(got), source, tt.want, ByteSize(tt.want), tt.wantSource)
+			}
+		})
+	}
+}
+
+// ParseByteSize is bytesize.Parse (tested there); the verifier relies on it
+// refusing what a memory flag must never guess.
+func TestParseByteSize(t *testing.T) {
+	for in, want := range map[string]ByteSize{"512MiB": 512 << 20, "0.5GiB": 512 << 20, "300MB": 300e6} {
+		if got, err := ParseByteSize(in); err != nil || got != want {
+			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"12", "1e9", "512m", "-1MiB", "lots", ""} {
+		if got, err := ParseByteSize(in); err == nil {
+			t.Errorf("ParseByteSize(%q) = %d, want an error", in, got)
+		}
+	}
+}
+
+func TestByteSizeFlag(t *testing.T) {
+	for _, b := range []ByteSize{0, 1, 1023, 4 << 10, 3 << 20, 5 << 30, 1<<40 + 1<<10} {
+		var back ByteSize = 7
+		if err := back.Set(b.String()); err != nil || back != b {
+			t.Errorf("Set(%q) = %d, %v; want %d", b.String(), back, err, b)
+		}
+	}
+	for b, want := range map[ByteSize]string{512: "512B", 3 << 20: "3MiB", 12571142144: "11.7GiB", 1536: "1.5KiB"} {
+		if got := b.Approx(); got != want {
+			t.Errorf("ByteSize(%d).Approx() = %q, want %q", int64(b), got, want)
+		}
+	}
+	var b ByteSize
+	if err := b.Set("0MiB"); err == nil {
+		t.Error("Set(0MiB) accepted a zero budget; only auto means derive")
+	}
+}
+
+// The soft memory limit never exceeds the budget plus the base: the 256 MiB
+// container with four workers at the 64 MiB policy.
+func TestKeepHeapResidentWithinBudget(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	policy := verify.DefaultPolicy()
+	if got, want := KeepHeapResident(4, policy, 128<<20), int64(192<<20); got != want {
+		t.Errorf("with a 128 MiB budget: limit %d MiB, want %d MiB", got>>20, want>>20)
+	}
+	if got, want := KeepHeapResident(4, policy, 0), int64(576<<20); got != want {
+		t.Errorf("without a budget: limit %d MiB, want %d MiB", got>>20, want>>20)
+	}
+	if got, want := KeepHeapResident(1, policy, math.MaxInt64/2), int64(192<<20); got != want {
+		t.Errorf("with a budget above the workers' need: limit %d MiB, want %d MiB", got>>20, want>>20)
+	}
+}
+
+// Where the budget holds fewer policy hashes than there are workers, the
+// workers trailer (which bounds what a gateway sends at once) says so.
+func TestSlotsBoundedByMemory(t *testing.T) {
+	cfg := testConfig() // policy m = 64 KiB
+	cfg.Workers = 4
+	cfg.MemoryBudget = 130 << 10 // two policy hashes and change
+	h := start(t, cfg)
+	var trailer metadata.MD
+	_, err := h.verify.Hash(as(context.Background(), "t"), &verifyv1.HashRequest{Password: []byte("pw")}, grpc.Trailer(&trailer))
+	wantOK(t, "Hash", err)
+	if got := trailer.Get(WorkersTrailer); len(got) != 1 || got[0] != "2" {
+		t.Errorf("%s = %v, want [2]", WorkersTrailer, got)
+	}
+}

@@ -4,6 +4,8 @@
 //	levee status   [-addr budgetd]   what the fleet-wide retry budget is doing
 //	levee settings [-etcd ...] get|set name=value...|delete
 //	                                 the gateways' runtime settings (clamp, ...)
+//	levee calibrate -target 250ms -concurrency 2 -memory-budget 512MiB
+//	                                 Argon2id parameters for this machine
 //
 // Flags can also be set through the environment: -etcd is LEVEE_ETCD.
 package main
@@ -17,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -26,8 +29,12 @@ import (
 
 	"github.com/leveehq/levee/internal/flagenv"
 	"github.com/leveehq/levee/pkg/budgetd"
+	"github.com/leveehq/levee/pkg/bytesize"
+	"github.com/leveehq/levee/pkg/calibrate"
 	"github.com/leveehq/levee/pkg/fleet"
 	"github.com/leveehq/levee/pkg/gateway"
+	"github.com/leveehq/levee/pkg/verifier"
+	"github.com/leveehq/levee/pkg/verify"
 )
 
 const usage = `usage: levee <command> [flags]
@@ -40,6 +47,10 @@ commands:
                levee settings get
                levee settings set clamp=40 autopilot=false
                levee settings delete
+  calibrate  pick Argon2id parameters for a latency target on this machine,
+             with as many hashes at once as the verifier has workers, and
+             print the verifier flags:
+               levee calibrate -target 250ms -concurrency 2 -memory-budget 512MiB
 `
 
 func main() {
@@ -66,6 +77,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return statusCmd(ctx, args[1:], stdout, stderr)
 	case "settings":
 		return settingsCmd(ctx, args[1:], stdout, stderr)
+	case "calibrate":
+		return calibrateCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -157,4 +170,52 @@ func settingsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	defer cli.Close()
 	return gateway.EditSettings(ctx, cli, *key, rest[0], rest[1:], stdout)
+}
+
+func calibrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := calibrate.DefaultConfig()
+	fs := flag.NewFlagSet("levee calibrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.DurationVar(&cfg.Target, "target", cfg.Target, "p95 latency of one hash while -concurrency hashes run at once")
+	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "hashes at once: the verifier's -workers (default: the cores)")
+	var budget bytesize.Size
+	fs.Var(&budget, "memory-budget", "Argon2 memory of all concurrent hashes, with a unit: 512MiB (×1024) or 512MB (×1000); required")
+	par := fs.Uint("parallelism", uint(cfg.Parallelism), "Argon2 lanes per hash; above 1, lanes × concurrency outnumber the cores")
+	minIter := fs.Uint("min-iterations", uint(cfg.MinIterations), "fewest Argon2 passes to accept (OWASP: 2 with 19 MiB, 1 only with 46 MiB)")
+	maxMem := fs.Uint("max-memory-kib", uint(cfg.MaxMemoryKiB), "most memory per hash, in KiB, whatever the budget")
+	fs.IntVar(&cfg.Samples, "samples", cfg.Samples, "hashes measured per candidate")
+	timeout := fs.Duration("timeout", 3*time.Minute, "give up after this long")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	if err := flagenv.Parse(fs, args, nil); err != nil {
+		return err
+	}
+	if budget == 0 {
+		return errors.New("calibrate: -memory-budget is required, with a unit: 512MiB (×1024) or 512MB (×1000)")
+	}
+	if *par > 255 || *minIter > 1<<32-1 || *maxMem > 1<<32-1 {
+		return errors.New("calibrate: an Argon2 parameter is out of range")
+	}
+	cfg.MemoryBudget = int64(budget)
+	cfg.Parallelism, cfg.MinIterations, cfg.MaxMemoryKiB = uint8(*par), uint32(*minIter), uint32(*maxMem)
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	// Measure under the runtime settings the verifier will run with: a hash
+	// that faults a fresh array in is several times slower than one reusing
+	// a freed array. Put them back afterwards: tests call run in-process.
+	gcPercent, memLimit := debug.SetGCPercent(-1), debug.SetMemoryLimit(-1)
+	defer func() { debug.SetGCPercent(gcPercent); debug.SetMemoryLimit(memLimit) }()
+	widest := verify.Policy{Params: verify.Params{Memory: cfg.PerHashKiB(), Parallelism: cfg.Parallelism}}
+	verifier.KeepHeapResident(cfg.Concurrency, widest, cfg.MemoryBudget)
+
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	res, err := calibrate.Run(ctx, cfg, stderr)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return res.WriteJSON(stdout)
+	}
+	return res.WriteText(stdout)
 }

@@ -33,6 +33,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -354,6 +355,8 @@ func (g *Gateway) closeClients() {
 	}
 }
 
+var errNoUserWithHash = errors.New("no_user verification takes no encoded_hash")
+
 // Refusals are built once: the shed path formats nothing.
 var (
 	errOverLimit = status.Error(codes.ResourceExhausted,
@@ -431,12 +434,22 @@ func (g *Gateway) Verify(ctx context.Context, req *verifyv1.VerifyRequest) (*ver
 	if err := g.parser.CheckPassword(req.GetPassword()); err != nil {
 		return nil, g.invalid(f, b, err)
 	}
-	h, err := g.parser.Parse(req.GetEncodedHash())
-	if err != nil {
-		return nil, g.invalid(f, b, err)
+	// A no_user call costs one hash under the verifiers' policy, as Hash
+	// does: it is costed (and learnt) as one.
+	var h *verify.Hash
+	expected := time.Duration(g.hashCost.Load())
+	if req.GetNoUser() {
+		if req.GetEncodedHash() != "" {
+			return nil, g.invalid(f, b, errNoUserWithHash)
+		}
+	} else {
+		if h, err = g.parser.Parse(req.GetEncodedHash()); err != nil {
+			return nil, g.invalid(f, b, err)
+		}
+		expected = g.cost.Estimate(h)
 	}
 	var resp *verifyv1.VerifyResponse
-	err = g.serve(ctx, f, b, h, g.cost.Estimate(h), func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error {
+	err = g.serve(ctx, f, b, h, expected, func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error {
 		var err error
 		resp, err = c.Verify(ctx, req, opts...)
 		return err
@@ -478,7 +491,7 @@ func (g *Gateway) invalid(f callmeta.Facts, b *backend, err error) error {
 
 // serve forwards an admitted call holding a slot on b: deadline check, hop,
 // at most one budgeted retry on another verifier, accounting. h is the
-// stored hash (nil for Hash), expected its expected service time.
+// stored hash (nil for Hash and no_user), expected its expected service time.
 func (g *Gateway) serve(ctx context.Context, f callmeta.Facts, b *backend, h *verify.Hash, expected time.Duration, hop hopFunc) error {
 	arrived := time.Now()
 	outcome := admission.Sample{Outcome: admission.OutcomeIgnore}

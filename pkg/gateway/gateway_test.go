@@ -318,3 +318,29 @@ func TestFleetThroughEtcd(t *testing.T) {
 		t.Errorf("v1 eligible again while dead")
 	}
 }
+
+// no_user and rehash pass through the gateway: the first costs a policy hash
+// at a verifier and never matches, the second brings a fresh hash back.
+func TestNoUserAndRehashThroughGateway(t *testing.T) {
+	v := startVerifier(t, nil)
+	gw := startGateway(t, gatewayConfig(v.addr))
+	gw.waitServing(t, 1)
+	ctx := context.Background()
+	before := v.metric(t, "levee_verifier_hashes_total", nil)
+	resp, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{NoUser: true, Password: []byte("pw")})
+	if err != nil || resp.GetMatch() {
+		t.Fatalf("no_user through the gateway: %v, %v; want no match", resp, err)
+	}
+	if got := v.metric(t, "levee_verifier_hashes_total", nil) - before; got != 1 {
+		t.Errorf("no_user hashed %v times at the verifier, want 1", got)
+	}
+	if _, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{NoUser: true, EncodedHash: storedHash("pw", 64, 1), Password: []byte("pw")}); code(err) != codes.InvalidArgument {
+		t.Errorf("no_user with a hash: %v, want INVALID_ARGUMENT at the edge", err)
+	}
+	weak := storedHash("pw", 32, 1) // below the verifiers' policy (m=64)
+	resp, err = gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: weak, Password: []byte("pw"), Rehash: true})
+	if err != nil || !resp.GetMatch() || resp.GetRehashStatus() != verifyv1.RehashStatus_REHASH_STATUS_DONE ||
+		!strings.HasPrefix(resp.GetNewHash(), "$argon2id$v=19$m=64,t=1,p=1$") {
+		t.Errorf("rehash through the gateway: %v, %v; want a match and a fresh hash under the policy", resp, err)
+	}
+}

@@ -1,6 +1,8 @@
 package verifier
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leveehq/levee/pkg/callmeta"
@@ -25,7 +27,16 @@ type metrics struct {
 	late      *prometheus.CounterVec   // by rpc
 	dropped   *prometheus.CounterVec   // by reason, priority
 	hashes    *prometheus.CounterVec   // by algorithm
+
+	// Credential-stuffing signals.
+	attempts *prometheus.CounterVec // by algorithm, tenant
+	verdicts *prometheus.CounterVec // by algorithm, tenant, result
+	tenants  tenantLabels
 }
+
+// MaxTenantLabels bounds the tenant label: the first tenants seen get their
+// own value, later ones share "other"; no tenant is "none".
+const MaxTenantLabels = 32
 
 // latencyBuckets span 1 ms to ~33 s: from a cheap hash to a hopeless queue.
 var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2, 16)
@@ -62,6 +73,15 @@ func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *verify.Co
 	stat := func(f func(workpool.Stats) float64) func() float64 {
 		return func() float64 { return f(pool.Stats()) }
 	}
+	m.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "levee_verifier_attempts_total",
+		Help: "Verify calls received with a well-formed request, by algorithm of the stored hash (no_user: the policy's) and tenant (at most 32 values, then other).",
+	}, []string{"algorithm", "tenant"})
+	m.verdicts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "levee_verifier_verdicts_total",
+		Help: "Verify calls answered, by algorithm, tenant and result (match, no_match, no_user). Match ratio = match / all; a falling ratio with rising attempts, or many no_user, is the shape of credential stuffing.",
+	}, []string{"algorithm", "tenant", "result"})
+	reg.MustRegister(m.attempts, m.verdicts)
 	reg.MustRegister(m.queueWait, m.service, m.goodput, m.late, m.dropped, m.hashes,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "levee_verifier_inflight",
@@ -115,4 +135,46 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// attempt counts a well-formed Verify call.
+func (m *metrics) attempt(h *verify.Hash, tenant string) {
+	m.attempts.WithLabelValues(h.Algorithm.String(), m.tenants.label(tenant)).Inc()
+}
+
+// verdict counts an answered Verify call.
+func (m *metrics) verdict(h *verify.Hash, tenant string, noUser, match bool) {
+	result := "no_match"
+	switch {
+	case noUser:
+		result = "no_user"
+	case match:
+		result = "match"
+	}
+	m.verdicts.WithLabelValues(h.Algorithm.String(), m.tenants.label(tenant), result).Inc()
+}
+
+// tenantLabels hands out bounded label values for tenant names.
+type tenantLabels struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (t *tenantLabels) label(tenant string) string {
+	if tenant == "" {
+		return "none"
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.seen[tenant] {
+		return tenant
+	}
+	if len(t.seen) >= MaxTenantLabels {
+		return "other"
+	}
+	if t.seen == nil {
+		t.seen = map[string]bool{}
+	}
+	t.seen[tenant] = true
+	return tenant
 }

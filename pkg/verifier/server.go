@@ -111,6 +111,7 @@ type Server struct {
 	reg     *prometheus.Registry
 	v       *verify.Verifier
 	policy  *verify.Hash // the policy's parameters, for cost estimates
+	dummy   *verify.Hash // a hash under the policy of no password: no_user calls verify against it
 	pool    *workpool.Pool
 	model   *verify.CostModel
 	metrics *metrics
@@ -168,6 +169,18 @@ func New(cfg Config) (*Server, error) {
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
 		s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	// The stand-in for users who do not exist: a real hash under the policy
+	// (and pepper) of a random password nobody knows, so that verifying
+	// against it costs what verifying a real user costs.
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("verifier: %w", err)
+	}
+	if s.dummy, err = v.HashPassword(secret, rand.Reader); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("verifier: no_user stand-in: %w", err)
 	}
 	s.metrics = newMetrics(s.reg, pool, s.model, s.policy)
 	s.admin = newAdminServer(pool, cfg.Workers, cfg.EnableCapacityKnob, s.log)
@@ -442,21 +455,67 @@ func (s *Server) Verify(ctx context.Context, req *verifyv1.VerifyRequest) (*veri
 	if err := s.v.CheckPassword(req.GetPassword()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	h, err := s.v.Parse(req.GetEncodedHash())
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+	h := s.dummy
+	if req.GetNoUser() {
+		if req.GetEncodedHash() != "" {
+			return nil, status.Error(codes.InvalidArgument, "no_user verification takes no encoded_hash")
+		}
+	} else {
+		var err error
+		if h, err = s.v.Parse(req.GetEncodedHash()); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
 	}
+
+	tenant := callmeta.FromContext(ctx).Tenant
+	s.metrics.attempt(h, tenant)
+
+	// A rehash in the same answer is deferrable: it is planned only when
+	// nothing waits for a worker and the deadline has room for both hashes;
+	// the job then reserves the cost and memory of both.
+	resp := &verifyv1.VerifyResponse{}
+	wantRehash := req.GetRehash() && !req.GetNoUser() && s.v.NeedsRehash(h)
+	cost, mem := s.model.Estimate(h), h.MemoryBytes()
+	if wantRehash {
+		both := cost + s.model.Estimate(s.policy)
+		if s.pool.Stats().Queued > 0 || !deadline.CanFinish(ctx, both+s.cfg.Deadline.Margin) {
+			wantRehash = false
+			resp.RehashStatus = verifyv1.RehashStatus_REHASH_STATUS_SKIPPED
+		} else {
+			cost, mem = both, max(mem, s.policy.MemoryBytes())
+		}
+	}
+
 	var match, rehash bool
-	var verr error
-	if err := s.run(ctx, "verify", h, func() {
+	var verr, herr error
+	var fresh *verify.Hash
+	if err := s.runCost(ctx, "verify", h, cost, mem, func() bool { return fresh == nil }, func() {
 		match, rehash, verr = s.v.Verify(h, req.GetPassword())
+		if wantRehash && verr == nil && match && rehash {
+			fresh, herr = s.v.HashPassword(req.GetPassword(), rand.Reader)
+		}
 	}); err != nil {
 		return nil, err
 	}
 	if verr != nil {
 		return nil, status.Error(codes.InvalidArgument, verr.Error())
 	}
-	return &verifyv1.VerifyResponse{Match: match, NeedsRehash: rehash}, nil
+	if req.GetNoUser() {
+		match, rehash = false, false
+	}
+	s.metrics.verdict(h, tenant, req.GetNoUser(), match)
+	resp.Match, resp.NeedsRehash = match, rehash
+	switch {
+	case !req.GetRehash() || resp.RehashStatus != verifyv1.RehashStatus_REHASH_STATUS_UNSPECIFIED:
+	case fresh != nil:
+		resp.NewHash, resp.RehashStatus = fresh.String(), verifyv1.RehashStatus_REHASH_STATUS_DONE
+	case herr != nil:
+		s.log.Error("rehash failed", "err", herr)
+		resp.RehashStatus = verifyv1.RehashStatus_REHASH_STATUS_SKIPPED
+	default:
+		resp.RehashStatus = verifyv1.RehashStatus_REHASH_STATUS_NOT_NEEDED
+	}
+	return resp, nil
 }
 
 // Hash implements VerifyService.Hash.
@@ -480,8 +539,16 @@ func (s *Server) Hash(ctx context.Context, req *verifyv1.HashRequest) (*verifyv1
 
 // run queues fn (one hash with the cost of h) and accounts for its fate.
 func (s *Server) run(ctx context.Context, rpc string, h *verify.Hash, fn func()) error {
+	return s.runCost(ctx, rpc, h, s.model.Estimate(h), h.MemoryBytes(), nil, fn)
+}
+
+// runCost is run with the expected cost and memory given: those of h, or
+// more when fn does more than h's hash. The cost model learns from the run
+// unless single (when not nil) says afterwards that fn did more.
+func (s *Server) runCost(ctx context.Context, rpc string, h *verify.Hash, cost time.Duration, mem int64,
+	single func() bool, fn func()) error {
 	alg := h.Algorithm.String()
-	res, err := s.pool.Submit(ctx, s.model.Estimate(h), h.MemoryBytes(), func() {
+	res, err := s.pool.Submit(ctx, cost, mem, func() {
 		s.metrics.hashes.WithLabelValues(alg).Inc()
 		if s.beforeHash != nil {
 			s.beforeHash(ctx, rpc)
@@ -501,7 +568,9 @@ func (s *Server) run(ctx context.Context, rpc string, h *verify.Hash, fn func())
 		WorkersTrailer, strconv.Itoa(s.slots())))
 	s.metrics.queueWait.WithLabelValues(rpc).Observe(res.Wait.Seconds())
 	s.metrics.service.WithLabelValues(alg).Observe(res.Service.Seconds())
-	s.model.Observe(h, res.Ran)
+	if single == nil || single() {
+		s.model.Observe(h, res.Ran)
+	}
 	if err := ctx.Err(); err != nil {
 		s.metrics.late.WithLabelValues(rpc).Inc()
 		return status.FromContextError(err).Err()

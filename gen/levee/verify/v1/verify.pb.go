@@ -32,13 +32,83 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// RehashStatus says what became of a requested rehash.
+type RehashStatus int32
+
+const (
+	// No rehash was requested.
+	RehashStatus_REHASH_STATUS_UNSPECIFIED RehashStatus = 0
+	// new_hash holds a fresh hash under the current policy.
+	RehashStatus_REHASH_STATUS_DONE RehashStatus = 1
+	// Not needed: no match, or the stored hash already meets the policy.
+	RehashStatus_REHASH_STATUS_NOT_NEEDED RehashStatus = 2
+	// Needed but skipped because the server is under pressure (its queue was
+	// not empty, or the deadline left no room); call Hash later.
+	RehashStatus_REHASH_STATUS_SKIPPED RehashStatus = 3
+)
+
+// Enum value maps for RehashStatus.
+var (
+	RehashStatus_name = map[int32]string{
+		0: "REHASH_STATUS_UNSPECIFIED",
+		1: "REHASH_STATUS_DONE",
+		2: "REHASH_STATUS_NOT_NEEDED",
+		3: "REHASH_STATUS_SKIPPED",
+	}
+	RehashStatus_value = map[string]int32{
+		"REHASH_STATUS_UNSPECIFIED": 0,
+		"REHASH_STATUS_DONE":        1,
+		"REHASH_STATUS_NOT_NEEDED":  2,
+		"REHASH_STATUS_SKIPPED":     3,
+	}
+)
+
+func (x RehashStatus) Enum() *RehashStatus {
+	p := new(RehashStatus)
+	*p = x
+	return p
+}
+
+func (x RehashStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RehashStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_levee_verify_v1_verify_proto_enumTypes[0].Descriptor()
+}
+
+func (RehashStatus) Type() protoreflect.EnumType {
+	return &file_levee_verify_v1_verify_proto_enumTypes[0]
+}
+
+func (x RehashStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RehashStatus.Descriptor instead.
+func (RehashStatus) EnumDescriptor() ([]byte, []int) {
+	return file_levee_verify_v1_verify_proto_rawDescGZIP(), []int{0}
+}
+
 // VerifyRequest carries a stored hash and a candidate password.
 type VerifyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The stored hash, e.g. "$argon2id$v=19$m=65536,t=3,p=4$<salt>$<tag>".
+	// Empty only with no_user.
 	EncodedHash string `protobuf:"bytes,1,opt,name=encoded_hash,json=encodedHash,proto3" json:"encoded_hash,omitempty"`
 	// The candidate password as raw bytes (not necessarily UTF-8).
-	Password      []byte `protobuf:"bytes,2,opt,name=password,proto3" json:"password,omitempty"`
+	Password []byte `protobuf:"bytes,2,opt,name=password,proto3" json:"password,omitempty"`
+	// Rehash asks for a fresh hash under the current policy in the same
+	// answer when the password matches and the stored hash needs a rehash.
+	// It is deferrable work: under pressure the server skips it and says so
+	// in rehash_status.
+	Rehash bool `protobuf:"varint,3,opt,name=rehash,proto3" json:"rehash,omitempty"`
+	// NoUser verifies against nobody: there is no stored hash for this login
+	// name. The server spends the same work as for a hash under the current
+	// policy, through the same queue and limits, and answers no match, so that
+	// neither timing nor load tells whether a user exists. encoded_hash must be
+	// empty.
+	NoUser        bool `protobuf:"varint,4,opt,name=no_user,json=noUser,proto3" json:"no_user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -87,6 +157,20 @@ func (x *VerifyRequest) GetPassword() []byte {
 	return nil
 }
 
+func (x *VerifyRequest) GetRehash() bool {
+	if x != nil {
+		return x.Rehash
+	}
+	return false
+}
+
+func (x *VerifyRequest) GetNoUser() bool {
+	if x != nil {
+		return x.NoUser
+	}
+	return false
+}
+
 // VerifyResponse is the verdict.
 type VerifyResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -94,7 +178,12 @@ type VerifyResponse struct {
 	Match bool `protobuf:"varint,1,opt,name=match,proto3" json:"match,omitempty"`
 	// True when the stored hash is weaker than the server's current policy (or
 	// uses a legacy algorithm): the caller should store a fresh hash from Hash.
-	NeedsRehash   bool `protobuf:"varint,2,opt,name=needs_rehash,json=needsRehash,proto3" json:"needs_rehash,omitempty"`
+	NeedsRehash bool `protobuf:"varint,2,opt,name=needs_rehash,json=needsRehash,proto3" json:"needs_rehash,omitempty"`
+	// With rehash requested: a fresh PHC string to store, when rehash_status is
+	// DONE; empty otherwise.
+	NewHash string `protobuf:"bytes,3,opt,name=new_hash,json=newHash,proto3" json:"new_hash,omitempty"`
+	// With rehash requested: what became of it.
+	RehashStatus  RehashStatus `protobuf:"varint,4,opt,name=rehash_status,json=rehashStatus,proto3,enum=levee.verify.v1.RehashStatus" json:"rehash_status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -141,6 +230,20 @@ func (x *VerifyResponse) GetNeedsRehash() bool {
 		return x.NeedsRehash
 	}
 	return false
+}
+
+func (x *VerifyResponse) GetNewHash() string {
+	if x != nil {
+		return x.NewHash
+	}
+	return ""
+}
+
+func (x *VerifyResponse) GetRehashStatus() RehashStatus {
+	if x != nil {
+		return x.RehashStatus
+	}
+	return RehashStatus_REHASH_STATUS_UNSPECIFIED
 }
 
 // HashRequest carries a new password.
@@ -239,17 +342,26 @@ var File_levee_verify_v1_verify_proto protoreflect.FileDescriptor
 
 const file_levee_verify_v1_verify_proto_rawDesc = "" +
 	"\n" +
-	"\x1clevee/verify/v1/verify.proto\x12\x0flevee.verify.v1\"N\n" +
+	"\x1clevee/verify/v1/verify.proto\x12\x0flevee.verify.v1\"\x7f\n" +
 	"\rVerifyRequest\x12!\n" +
 	"\fencoded_hash\x18\x01 \x01(\tR\vencodedHash\x12\x1a\n" +
-	"\bpassword\x18\x02 \x01(\fR\bpassword\"I\n" +
+	"\bpassword\x18\x02 \x01(\fR\bpassword\x12\x16\n" +
+	"\x06rehash\x18\x03 \x01(\bR\x06rehash\x12\x17\n" +
+	"\ano_user\x18\x04 \x01(\bR\x06noUser\"\xa8\x01\n" +
 	"\x0eVerifyResponse\x12\x14\n" +
 	"\x05match\x18\x01 \x01(\bR\x05match\x12!\n" +
-	"\fneeds_rehash\x18\x02 \x01(\bR\vneedsRehash\")\n" +
+	"\fneeds_rehash\x18\x02 \x01(\bR\vneedsRehash\x12\x19\n" +
+	"\bnew_hash\x18\x03 \x01(\tR\anewHash\x12B\n" +
+	"\rrehash_status\x18\x04 \x01(\x0e2\x1d.levee.verify.v1.RehashStatusR\frehashStatus\")\n" +
 	"\vHashRequest\x12\x1a\n" +
 	"\bpassword\x18\x01 \x01(\fR\bpassword\"1\n" +
 	"\fHashResponse\x12!\n" +
-	"\fencoded_hash\x18\x01 \x01(\tR\vencodedHash2\x9f\x01\n" +
+	"\fencoded_hash\x18\x01 \x01(\tR\vencodedHash*~\n" +
+	"\fRehashStatus\x12\x1d\n" +
+	"\x19REHASH_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12REHASH_STATUS_DONE\x10\x01\x12\x1c\n" +
+	"\x18REHASH_STATUS_NOT_NEEDED\x10\x02\x12\x19\n" +
+	"\x15REHASH_STATUS_SKIPPED\x10\x032\x9f\x01\n" +
 	"\rVerifyService\x12I\n" +
 	"\x06Verify\x12\x1e.levee.verify.v1.VerifyRequest\x1a\x1f.levee.verify.v1.VerifyResponse\x12C\n" +
 	"\x04Hash\x12\x1c.levee.verify.v1.HashRequest\x1a\x1d.levee.verify.v1.HashResponseB7Z5github.com/leveehq/levee/gen/levee/verify/v1;verifyv1b\x06proto3"
@@ -266,23 +378,26 @@ func file_levee_verify_v1_verify_proto_rawDescGZIP() []byte {
 	return file_levee_verify_v1_verify_proto_rawDescData
 }
 
+var file_levee_verify_v1_verify_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_levee_verify_v1_verify_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_levee_verify_v1_verify_proto_goTypes = []any{
-	(*VerifyRequest)(nil),  // 0: levee.verify.v1.VerifyRequest
-	(*VerifyResponse)(nil), // 1: levee.verify.v1.VerifyResponse
-	(*HashRequest)(nil),    // 2: levee.verify.v1.HashRequest
-	(*HashResponse)(nil),   // 3: levee.verify.v1.HashResponse
+	(RehashStatus)(0),      // 0: levee.verify.v1.RehashStatus
+	(*VerifyRequest)(nil),  // 1: levee.verify.v1.VerifyRequest
+	(*VerifyResponse)(nil), // 2: levee.verify.v1.VerifyResponse
+	(*HashRequest)(nil),    // 3: levee.verify.v1.HashRequest
+	(*HashResponse)(nil),   // 4: levee.verify.v1.HashResponse
 }
 var file_levee_verify_v1_verify_proto_depIdxs = []int32{
-	0, // 0: levee.verify.v1.VerifyService.Verify:input_type -> levee.verify.v1.VerifyRequest
-	2, // 1: levee.verify.v1.VerifyService.Hash:input_type -> levee.verify.v1.HashRequest
-	1, // 2: levee.verify.v1.VerifyService.Verify:output_type -> levee.verify.v1.VerifyResponse
-	3, // 3: levee.verify.v1.VerifyService.Hash:output_type -> levee.verify.v1.HashResponse
-	2, // [2:4] is the sub-list for method output_type
-	0, // [0:2] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	0, // 0: levee.verify.v1.VerifyResponse.rehash_status:type_name -> levee.verify.v1.RehashStatus
+	1, // 1: levee.verify.v1.VerifyService.Verify:input_type -> levee.verify.v1.VerifyRequest
+	3, // 2: levee.verify.v1.VerifyService.Hash:input_type -> levee.verify.v1.HashRequest
+	2, // 3: levee.verify.v1.VerifyService.Verify:output_type -> levee.verify.v1.VerifyResponse
+	4, // 4: levee.verify.v1.VerifyService.Hash:output_type -> levee.verify.v1.HashResponse
+	3, // [3:5] is the sub-list for method output_type
+	1, // [1:3] is the sub-list for method input_type
+	1, // [1:1] is the sub-list for extension type_name
+	1, // [1:1] is the sub-list for extension extendee
+	0, // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_levee_verify_v1_verify_proto_init() }
@@ -295,13 +410,14 @@ func file_levee_verify_v1_verify_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_levee_verify_v1_verify_proto_rawDesc), len(file_levee_verify_v1_verify_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_levee_verify_v1_verify_proto_goTypes,
 		DependencyIndexes: file_levee_verify_v1_verify_proto_depIdxs,
+		EnumInfos:         file_levee_verify_v1_verify_proto_enumTypes,
 		MessageInfos:      file_levee_verify_v1_verify_proto_msgTypes,
 	}.Build()
 	File_levee_verify_v1_verify_proto = out.File

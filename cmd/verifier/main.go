@@ -50,6 +50,7 @@ func run(args []string) error {
 	maxMem := fs.Uint("max-memory-kib", uint(cfg.Limits.MaxMemoryKiB), "refuse stored hashes asking for more memory than this (KiB)")
 	maxIter := fs.Uint("max-iterations", uint(cfg.Limits.MaxIterations), "refuse stored hashes asking for more iterations")
 	maxPar := fs.Uint("max-parallelism", uint(cfg.Limits.MaxParallelism), "refuse stored hashes asking for more lanes")
+	pepperFile := fs.String("pepper-file", "", "file of pepper keys, lines ID:BASE64KEY and one current=ID (empty: no pepper; see docs/verifier.md#pepper)")
 	etcd := fs.String("etcd", "", "comma-separated etcd endpoints to register in, for gateways (empty: no registration)")
 	fs.StringVar(&cfg.AdvertiseAddr, "advertise", "", "address registered for gateways to dial (default: the listen address)")
 	fs.StringVar(&cfg.RegistryTarget, "registry-target", cfg.RegistryTarget, "etcd naming target to register under (gateways dial etcd:///<target>)")
@@ -76,6 +77,13 @@ func run(args []string) error {
 		handler = slog.NewJSONHandler(os.Stderr, nil)
 	}
 	cfg.Logger = slog.New(handler)
+	if *pepperFile != "" {
+		p, err := verifier.LoadPepperFile(*pepperFile, cfg.Logger)
+		if err != nil {
+			return err
+		}
+		cfg.Peppers = p
+	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

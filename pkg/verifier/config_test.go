@@ -115,6 +115,11 @@ func TestConfigValidate(t *testing.T) {
 			want: []string{"Policy:", "Params.Memory"}, is: []error{verify.ErrInvalidPolicy}},
 		{name: "invalid limits", edit: func(c *Config) { c.Limits.MaxBcryptCost = 32 },
 			want: []string{"Policy:", "MaxBcryptCost"}, is: []error{verify.ErrInvalidLimits}},
+		{name: "pepper", edit: func(c *Config) { c.Peppers = testPeppers("k1", "k1", "k0") }},
+		{name: "peppered hashes over MaxEncodedLen", edit: func(c *Config) {
+			c.Peppers = testPeppers(strings.Repeat("k", verify.MaxPepperIDLen), strings.Repeat("k", verify.MaxPepperIDLen))
+			c.Limits.MaxEncodedLen = 100 // the policy's 97-byte hashes fit, with the keyid they do not
+		}, want: []string{"Peppers:", "MaxEncodedLen"}, is: []error{verify.ErrInvalidPolicy}},
 		{name: "registration", edit: func(c *Config) {
 			c.EtcdEndpoints, c.AdvertiseAddr = []string{"etcd-1:2379"}, "verifier-3.levee.svc:7701"
 		}},

@@ -133,7 +133,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	v, err := verify.New(cfg.Policy, cfg.Limits)
+	v, err := verify.NewWithPeppers(cfg.Policy, cfg.Limits, cfg.Peppers)
 	if err != nil {
 		return nil, fmt.Errorf("verifier: %w", err)
 	}
@@ -465,6 +465,11 @@ func (s *Server) Verify(ctx context.Context, req *verifyv1.VerifyRequest) (*veri
 		if h, err = s.v.Parse(req.GetEncodedHash()); err != nil {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
+		// A pepper key this node does not hold: refused before it takes a
+		// queue slot or memory.
+		if err := s.v.CheckPepper(h); err != nil {
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
+		}
 	}
 
 	tenant := callmeta.FromContext(ctx).Tenant
@@ -498,6 +503,9 @@ func (s *Server) Verify(ctx context.Context, req *verifyv1.VerifyRequest) (*veri
 		return nil, err
 	}
 	if verr != nil {
+		if errors.Is(verr, verify.ErrUnknownPepper) {
+			return nil, status.Error(codes.FailedPrecondition, verr.Error())
+		}
 		return nil, status.Error(codes.InvalidArgument, verr.Error())
 	}
 	if req.GetNoUser() {

@@ -50,6 +50,9 @@ func FuzzParse(f *testing.F) {
 			if h.Cost != 0 || h.bcrypt != "" {
 				t.Fatalf("argon2 hash with bcrypt fields: %+v", h)
 			}
+			if h.KeyID != "" && !validPepperID(h.KeyID) {
+				t.Fatalf("parsed keyid %q is not a key id", h.KeyID)
+			}
 		case Bcrypt:
 			if h.Cost < 4 || h.Cost > l.MaxBcryptCost || h.Salt != nil || h.Key != nil {
 				t.Fatalf("parsed bcrypt hash outside the limits: %+v", h)

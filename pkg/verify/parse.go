@@ -80,7 +80,13 @@ func (e *parseError) Unwrap() error { return e.sentinel }
 // without sign or leading zero; t and p are at least 1 and m at least 8*p,
 // as Argon2 requires. A hash without the v= field is rejected: that is how
 // Argon2 v=16 hashes were written, and only v=19 is supported. The optional
-// keyid and data parameters are rejected as unsupported.
+// keyid parameter, at most once and in any position (Hash.String writes it
+// after p), names the pepper key: unpadded canonical base64 of at most
+// MaxPepperIDLen bytes (43 characters, checked before decoding), which must
+// decode to a key id of A-Z, a-z, 0-9, '_' and '-'. Parse does not look the
+// id up: a hash under a key the Verifier does not hold parses, and Verify
+// reports ErrUnknownPepper. The optional data parameter is rejected as
+// unsupported.
 //
 // bcrypt rules: exactly 60 characters, a two-digit cost of at least 4 and at
 // most Limits.MaxBcryptCost, and 53 characters of bcrypt's base64 alphabet
@@ -180,7 +186,7 @@ func (v *Verifier) parseArgon2(alg Algorithm, rest string) (*Hash, error) {
 		return nil, newError(badVersion, vers, 0, 0)
 	}
 
-	p, e := v.parseParams(params)
+	p, keyID, e := v.parseParams(params)
 	if e != nil {
 		return nil, e
 	}
@@ -204,22 +210,24 @@ func (v *Verifier) parseArgon2(alg Algorithm, rest string) (*Hash, error) {
 	if _, err := b64.Decode(key, []byte(keyEnc)); err != nil {
 		return nil, newError("%[1]s: illegal base64", "key", 0, 0) // unreachable after checkBase64
 	}
-	return &Hash{Algorithm: alg, Version: argon2Version, Params: p, Salt: salt, Key: key}, nil
+	return &Hash{Algorithm: alg, Version: argon2Version, Params: p, Salt: salt, Key: key, KeyID: keyID}, nil
 }
 
-// parseParams parses "m=65536,t=3,p=4" in any order.
-func (v *Verifier) parseParams(s string) (Params, error) {
+// parseParams parses "m=65536,t=3,p=4", with an optional keyid=, in any
+// order, and returns the decoded key id ("" when absent).
+func (v *Verifier) parseParams(s string) (Params, string, error) {
 	l := &v.limits
 	var p Params
 	if s == "" {
-		return p, newError("missing parameters: want m=,t=,p=", "", 0, 0)
+		return p, "", newError("missing parameters: want m=,t=,p=", "", 0, 0)
 	}
-	var seen [3]bool // m, t, p
+	var seen [4]bool // m, t, p, keyid
+	var keyIDEnc string
 	for {
 		kv, more, found := strings.Cut(s, ",")
 		name, val, ok := strings.Cut(kv, "=")
 		if !ok {
-			return p, newError("malformed parameter %[1]q (want name=value)", kv, 0, 0)
+			return p, "", newError("malformed parameter %[1]q (want name=value)", kv, 0, 0)
 		}
 		var i int
 		switch name {
@@ -229,34 +237,42 @@ func (v *Verifier) parseParams(s string) (Params, error) {
 			i = 1
 		case "p":
 			i = 2
-		case "keyid", "data":
-			return p, newError("parameter %[1]q is not supported", name, 0, 0)
+		case "keyid":
+			i = 3
+		case "data":
+			return p, "", newError("parameter %[1]q is not supported", name, 0, 0)
 		default:
-			return p, newError("unknown parameter %[1]q", name, 0, 0)
+			return p, "", newError("unknown parameter %[1]q", name, 0, 0)
 		}
 		if seen[i] {
-			return p, newError("duplicate parameter %[1]q", name, 0, 0)
+			return p, "", newError("duplicate parameter %[1]q", name, 0, 0)
 		}
 		seen[i] = true
 		switch i {
 		case 0:
 			n, e := parseDecimal("parameter", kv, val, uint64(l.MaxMemoryKiB), "memory %[1]s KiB exceeds limit %[3]d KiB")
 			if e != nil {
-				return p, e
+				return p, "", e
 			}
 			p.Memory = uint32(n)
 		case 1:
 			n, e := parseDecimal("parameter", kv, val, uint64(l.MaxIterations), "iterations %[1]s exceeds limit %[3]d")
 			if e != nil {
-				return p, e
+				return p, "", e
 			}
 			p.Iterations = uint32(n)
 		case 2:
 			n, e := parseDecimal("parameter", kv, val, uint64(l.MaxParallelism), "parallelism %[1]s exceeds limit %[3]d")
 			if e != nil {
-				return p, e
+				return p, "", e
 			}
 			p.Parallelism = uint8(n)
+		case 3:
+			// Checked here, decoded once every parameter is.
+			if _, e := checkBase64("keyid", val, 1, MaxPepperIDLen); e != nil {
+				return p, "", e
+			}
+			keyIDEnc = val
 		}
 		if !found {
 			break
@@ -265,13 +281,25 @@ func (v *Verifier) parseParams(s string) (Params, error) {
 	}
 	for i, name := range [...]string{"m", "t", "p"} {
 		if !seen[i] {
-			return p, newError("missing parameter %[1]q", name, 0, 0)
+			return p, "", newError("missing parameter %[1]q", name, 0, 0)
 		}
 	}
 	if err := checkMinimums(p); err != nil {
-		return p, err
+		return p, "", err
 	}
-	return p, nil
+	if !seen[3] {
+		return p, "", nil
+	}
+	// At most MaxPepperIDLen bytes, by checkBase64: decode on the stack.
+	var buf [MaxPepperIDLen]byte
+	n, err := b64.Decode(buf[:], []byte(keyIDEnc))
+	if err != nil {
+		return p, "", newError("%[1]s: illegal base64", "keyid", 0, 0) // unreachable after checkBase64
+	}
+	if !validPepperID(buf[:n]) {
+		return p, "", newError("keyid: not a key id (want 1 to %[3]d of A-Z, a-z, 0-9, '_', '-')", "", 0, MaxPepperIDLen)
+	}
+	return p, string(buf[:n]), nil
 }
 
 // parseDecimal parses digits, the value in kv (e.g. "t=3"), as a canonical

@@ -134,7 +134,7 @@ func hostileTests() []struct{ name, in, want string } {
 		{"duplicate m", a("m=65536,m=65536,t=3,p=4"), `duplicate parameter "m"`},
 		{"duplicate t", a("m=65536,t=3,p=4,t=3"), `duplicate parameter "t"`},
 		{"unknown parameter", a("m=65536,t=3,p=4,x=1"), `unknown parameter "x"`},
-		{"keyid", a("m=65536,t=3,p=4,keyid=AAAA"), `parameter "keyid" is not supported`},
+		{"keyid not an id", a("m=65536,t=3,p=4,keyid=AAAA"), "keyid: not a key id"},
 		{"data", a("m=65536,t=3,p=4,data=AAAA"), `parameter "data" is not supported`},
 		{"missing m", a("t=3,p=4"), `missing parameter "m"`},
 		{"missing t", a("m=65536,p=4"), `missing parameter "t"`},
@@ -189,7 +189,7 @@ func hostileTests() []struct{ name, in, want string } {
 		{"bcrypt illegal character", bc[:20] + "+" + bc[21:], "bcrypt: illegal character at offset 20"},
 		{"bcrypt missing separator", "$2b$10." + bc[7:], `bcrypt: malformed cost "10."`},
 		{"bcrypt non-canonical checksum", bc[:59] + "b", "bcrypt: non-canonical checksum"},
-	}, legacyHostileTests()...)
+	}, append(legacyHostileTests(), pepperHostileTests()...)...)
 }
 
 func TestParseRejects(t *testing.T) {
@@ -243,7 +243,7 @@ func hostileAllocTests() []struct{ name, in string } {
 		{"megabyte input", "$argon2id$v=19$m=65536,t=3,p=4$" + strings.Repeat("A", 1<<20)},
 		{"huge key", argon2Hash("argon2id", "m=65536,t=3,p=4", salt, strings.Repeat("A", 400))},
 		{"bcrypt cost 31", "$2b$31" + phpBcrypt[6:]},
-	}, legacyHostileAllocTests()...)
+	}, append(legacyHostileAllocTests(), pepperHostileAllocTests()...)...)
 }
 
 func TestParseHostileAllocations(t *testing.T) {

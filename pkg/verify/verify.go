@@ -27,12 +27,17 @@
 //     byte for byte.
 //   - Every error from Parse matches ErrInvalidHash with errors.Is, and its
 //     message names the problem. No error message from this package contains
-//     a password or a whole stored hash; at most a parameter value or an
-//     algorithm name, cut to a few dozen bytes.
+//     a password, a pepper key or a whole stored hash; at most a parameter
+//     value, a pepper key id or an algorithm name, cut to a few dozen bytes.
 //   - Verify hashes a candidate with the stored parameters and compares in
 //     constant time, and reports whether the stored hash is weaker than the
 //     policy so that the caller can store a fresh one.
 //   - A Verifier is immutable and safe for concurrent use.
+//
+// An optional pepper (see Peppers and NewWithPeppers) mixes a server-side
+// secret into Argon2id hashes: Argon2's password input is HMAC-SHA256 of the
+// password under a versioned key, and the PHC string records the key's id in
+// its keyid parameter, so that keys can rotate while old hashes still verify.
 //
 // bcrypt uses at most 72 bytes of a password. Verify passes a bcrypt check only
 // the first 72 bytes of a longer password, which is what the systems that wrote
@@ -168,6 +173,9 @@ type Hash struct {
 	Salt, Key []byte
 	Rounds    uint32       // PBKDF2 iterations, SHA-crypt rounds
 	Scrypt    ScryptParams // scrypt only
+	// KeyID is the id of the pepper key an argon2 hash was made under (its
+	// PHC keyid parameter, decoded), "" for an unpeppered hash. See Peppers.
+	KeyID string
 
 	// bcrypt is the whole bcrypt string; the bcrypt library takes it as is.
 	bcrypt string
@@ -179,16 +187,16 @@ type Hash struct {
 
 // String returns the canonical encoding of h: for argon2,
 // $argon2id$v=19$m=65536,t=3,p=4$<salt>$<key> with parameters in the order
-// m, t, p and salt and key in unpadded standard base64; for bcrypt, the string
-// that was parsed; for a legacy hash, its re-encoding in the form it was
-// parsed from, which is byte for byte the parsed string. It returns "" for a
-// Hash of no known algorithm.
+// m, t, p, then keyid for a peppered hash, and keyid, salt and key in
+// unpadded standard base64; for bcrypt, the string that was parsed; for a
+// legacy hash, its re-encoding in the form it was parsed from, which is byte
+// for byte the parsed string. It returns "" for a Hash of no known algorithm.
 func (h *Hash) String() string {
 	switch {
 	case h.Algorithm.isPBKDF2(), h.Algorithm == Scrypt, h.Algorithm.isShaCrypt():
 		return h.legacyString()
 	case h.Algorithm.isArgon2():
-		b := make([]byte, 0, 48+b64.EncodedLen(len(h.Salt))+b64.EncodedLen(len(h.Key)))
+		b := make([]byte, 0, 48+len(",keyid=")+b64.EncodedLen(len(h.KeyID))+b64.EncodedLen(len(h.Salt))+b64.EncodedLen(len(h.Key)))
 		b = append(b, '$')
 		b = append(b, h.Algorithm.String()...)
 		b = append(b, "$v="...)
@@ -199,6 +207,10 @@ func (h *Hash) String() string {
 		b = appendInt(b, int64(h.Params.Iterations))
 		b = append(b, ",p="...)
 		b = appendInt(b, int64(h.Params.Parallelism))
+		if h.KeyID != "" {
+			b = append(b, ",keyid="...)
+			b = b64.AppendEncode(b, []byte(h.KeyID))
+		}
 		b = append(b, '$')
 		b = b64.AppendEncode(b, h.Salt)
 		b = append(b, '$')
@@ -251,19 +263,43 @@ func (h *Hash) MemoryBytes() int64 {
 	}
 }
 
-// Verifier parses, verifies and hashes under one Policy and one set of Limits.
-// It is immutable and safe for concurrent use.
+// Verifier parses, verifies and hashes under one Policy, one set of Limits
+// and, optionally, a set of pepper keys. It is immutable and safe for
+// concurrent use.
 type Verifier struct {
-	policy Policy
-	limits Limits
+	policy  Policy
+	limits  Limits
+	peppers Peppers
 }
 
-// New returns a Verifier after validating l and then p against l.
+// New returns a Verifier without pepper after validating l and then p
+// against l. It is NewWithPeppers with the zero Peppers.
 func New(p Policy, l Limits) (*Verifier, error) {
+	return NewWithPeppers(p, l, Peppers{})
+}
+
+// NewWithPeppers returns a Verifier that peppers new hashes with
+// peppers.Current() and verifies hashes under any of peppers' keys (see
+// Peppers), after validating l, p against l, and peppers; the hashes it
+// writes, keyid included, must fit Limits.MaxEncodedLen.
+func NewWithPeppers(p Policy, l Limits, peppers Peppers) (*Verifier, error) {
 	if err := p.Validate(l); err != nil {
 		return nil, err
 	}
-	return &Verifier{policy: p, limits: l}, nil
+	if err := peppers.Validate(); err != nil {
+		return nil, err
+	}
+	if peppers.current != "" {
+		h := Hash{
+			Algorithm: Argon2id, Version: argon2Version, Params: p.Params, KeyID: peppers.current,
+			Salt: make([]byte, p.SaltLen), Key: make([]byte, p.KeyLen),
+		}
+		if n := len(h.String()); n > l.MaxEncodedLen {
+			return nil, fmt.Errorf("%w: encoded hashes with keyid %q would be %d bytes, over Limits.MaxEncodedLen %d",
+				ErrInvalidPolicy, peppers.current, n, l.MaxEncodedLen)
+		}
+	}
+	return &Verifier{policy: p, limits: l, peppers: peppers}, nil
 }
 
 // Policy returns the policy v hashes under.
@@ -289,6 +325,12 @@ func (v *Verifier) CheckPassword(password []byte) error {
 // (an error wrapping ErrInvalidHash), so that a Hash built by hand cannot
 // exceed them either. For argon2 and scrypt the derived key has the length
 // of h.Key.
+//
+// An argon2 hash with a KeyID is checked against HMAC-SHA256(key,
+// password), as HashPassword wrote it; when the Verifier holds no key of
+// that id, Verify hashes nothing and returns an error wrapping
+// ErrUnknownPepper that names the id (with needsRehash true, as for any hash
+// not under the current key).
 //
 // A legacy hash (PBKDF2, scrypt, SHA-crypt) always needs a rehash. A
 // SHA-crypt check hashes the password twice per round, so its cost grows with
@@ -329,7 +371,11 @@ func (v *Verifier) Verify(h *Hash, password []byte) (match, needsRehash bool, er
 		match, err := v.verifyLegacy(h, password)
 		return match, needsRehash, err
 	default: // argon2, by checkHash
-		key := derive(h.Algorithm, password, h.Salt, h.Params, len(h.Key))
+		input, err := v.peppers.peppered(h.KeyID, password)
+		if err != nil {
+			return false, needsRehash, err
+		}
+		key := derive(h.Algorithm, input, h.Salt, h.Params, len(h.Key))
 		return subtle.ConstantTimeCompare(key, h.Key) == 1, needsRehash, nil
 	}
 }
@@ -339,14 +385,19 @@ func (v *Verifier) Verify(h *Hash, password []byte) (match, needsRehash bool, er
 // a version other than 19,
 // less memory, fewer iterations, a shorter key or a shorter salt. Parallelism
 // is not compared: it changes how the work is split, not how much there is.
-// A hash at or above the policy in every dimension does not need a rehash.
+// It also reports a hash whose pepper is not the current one: a KeyID other
+// than Peppers.Current (an old key, or one not loaded at all), or no KeyID
+// while a current pepper is set.
+// A hash at or above the policy in every dimension, under the current
+// pepper or under none when none is set, does not need a rehash.
 // A nil Hash needs one.
 func (v *Verifier) NeedsRehash(h *Hash) bool {
 	if h == nil || h.Algorithm != Argon2id {
 		return true
 	}
 	p := v.policy
-	return h.Version != argon2Version ||
+	return h.KeyID != v.peppers.current ||
+		h.Version != argon2Version ||
 		h.Params.Memory < p.Params.Memory ||
 		h.Params.Iterations < p.Params.Iterations ||
 		len(h.Key) < p.KeyLen ||
@@ -355,6 +406,8 @@ func (v *Verifier) NeedsRehash(h *Hash) bool {
 
 // HashPassword hashes password with Argon2id under the policy, with a fresh
 // salt of Policy.SaltLen bytes read from rand (crypto/rand.Reader when nil).
+// With a current pepper, Argon2's password input is HMAC-SHA256(key,
+// password) and the Hash's KeyID is the current key's id.
 // It returns an error wrapping ErrPasswordTooLong for a password over the
 // limit, and the read error if rand fails.
 func (v *Verifier) HashPassword(password []byte, rand io.Reader) (*Hash, error) {
@@ -369,12 +422,18 @@ func (v *Verifier) HashPassword(password []byte, rand io.Reader) (*Hash, error) 
 	if _, err := io.ReadFull(rand, salt); err != nil {
 		return nil, fmt.Errorf("hash password: read salt: %w", err)
 	}
+	id := v.peppers.current
+	input, err := v.peppers.peppered(id, password)
+	if err != nil {
+		return nil, err // unreachable: the current key is always loaded
+	}
 	return &Hash{
 		Algorithm: Argon2id,
 		Version:   argon2Version,
 		Params:    p.Params,
 		Salt:      salt,
-		Key:       derive(Argon2id, password, salt, p.Params, p.KeyLen),
+		Key:       derive(Argon2id, input, salt, p.Params, p.KeyLen),
+		KeyID:     id,
 	}, nil
 }
 
@@ -399,6 +458,14 @@ func derive(a Algorithm, password, salt []byte, p Params, keyLen int) []byte {
 func (v *Verifier) checkHash(h *Hash) error {
 	if h == nil {
 		return fmt.Errorf("verify: %w: nil hash", ErrInvalidHash)
+	}
+	if h.KeyID != "" {
+		if !h.Algorithm.isArgon2() {
+			return fmt.Errorf("verify: %w: keyid on a %s hash (only argon2 hashes are peppered)", ErrInvalidHash, h.Algorithm)
+		}
+		if !validPepperID(h.KeyID) {
+			return fmt.Errorf("verify: %w: keyid is not a valid key id (1 to %d of A-Z, a-z, 0-9, '_', '-')", ErrInvalidHash, MaxPepperIDLen)
+		}
 	}
 	switch {
 	case h.Algorithm == Bcrypt:

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leveehq/levee/pkg/bytesize"
+	"github.com/leveehq/levee/pkg/verifier"
 	"github.com/leveehq/levee/pkg/verify"
 )
 
@@ -51,20 +52,6 @@ type Result struct {
 	Probes int
 }
 
-// residentBase mirrors pkg/verifier's residentBase, the heap headroom
-// KeepHeapResident leaves beyond the arrays; a test holds them equal.
-const residentBase = 64 << 20
-
-// HeapLimitFor is the soft memory limit verifier.KeepHeapResident sets for
-// workers hashing under p within budget bytes (0: no budget), without
-// setting it.
-func HeapLimitFor(workers int, p verify.Params, budget int64) int64 {
-	limit := 2*int64(workers)*int64(p.Memory)<<10 + residentBase
-	if budget > 0 {
-		limit = min(limit, budget+residentBase)
-	}
-	return limit
-}
 
 // point is a measured (m, t).
 type point struct {
@@ -270,7 +257,7 @@ func (s *searcher) result(pt point, bound string) (Result, error) {
 		P50: pt.p50, P95: pt.p95, Throughput: pt.tput, Hashes: pt.n,
 		Target: c.Target, MemoryBudget: c.MemoryBudget,
 		MemoryPerHash: int64(pt.m) << 10, MemoryTotal: int64(c.Concurrency) * int64(pt.m) << 10,
-		HeapLimit: HeapLimitFor(c.Concurrency, pol.Params, c.MemoryBudget),
+		HeapLimit: verifier.ResidentHeapLimit(c.Concurrency, pol.Params, c.MemoryBudget),
 		Bound:     bound, Probes: len(s.seen),
 	}
 	if r.MemoryTotal > c.MemoryBudget {

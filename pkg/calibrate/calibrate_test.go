@@ -350,8 +350,8 @@ func TestHeapLimitMatchesVerifier(t *testing.T) {
 	pol := verify.DefaultPolicy()
 	pol.Params.Memory = 47104
 	for _, budget := range []int64{0, 3 * 47104 << 10, 100 << 20, 1 << 30} {
-		if got, want := calibrate.HeapLimitFor(3, pol.Params, budget), verifier.KeepHeapResident(3, pol, budget); got != want {
-			t.Errorf("budget %d: HeapLimitFor = %d, verifier.KeepHeapResident = %d", budget, got, want)
+		if got, want := verifier.ResidentHeapLimit(3, pol.Params, budget), verifier.KeepHeapResident(3, pol, budget); got != want {
+			t.Errorf("budget %d: ResidentHeapLimit = %d, KeepHeapResident = %d", budget, got, want)
 		}
 	}
 }

@@ -166,14 +166,14 @@ func TestDefaultMemoryBudget(t *testing.T) {
 		wantSource       string
 		wantNoMemoryInfo bool
 	}{
-		{name: "cgroup v2 limit", v2: "268435456\n", meminfo: meminfo, want: 128 * mib, wantSource: "cgroup v2 memory.max 256MiB less 128MiB headroom"},
-		{name: "cgroup v2 max", v2: "max\n", meminfo: meminfo, want: host/2 - 64*mib, wantSource: "half of host MemTotal 8GiB less 64MiB"},
-		{name: "cgroup v1 limit", v1: "536870912\n", meminfo: meminfo, want: 384 * mib, wantSource: "cgroup v1 memory.limit_in_bytes 512MiB"},
-		{name: "cgroup v1 unlimited", v1: "9223372036854771712\n", meminfo: meminfo, want: host/2 - 64*mib, wantSource: "half of host"},
-		{name: "limit above the host's memory", v2: fmt.Sprint(2 * host), meminfo: meminfo, want: host/2 - 64*mib, wantSource: "half of host"},
+		{name: "cgroup v2 limit", v2: "268435456\n", meminfo: meminfo, want: 64 * mib, wantSource: "half of cgroup v2 memory.max 256MiB less 128MiB headroom"},
+		{name: "cgroup v2 max", v2: "max\n", meminfo: meminfo, want: (host/2 - 64*mib) / 2, wantSource: "half of (half of host MemTotal 8GiB less 64MiB)"},
+		{name: "cgroup v1 limit", v1: "536870912\n", meminfo: meminfo, want: 192 * mib, wantSource: "cgroup v1 memory.limit_in_bytes 512MiB"},
+		{name: "cgroup v1 unlimited", v1: "9223372036854771712\n", meminfo: meminfo, want: (host/2 - 64*mib) / 2, wantSource: "half of host"},
+		{name: "limit above the host's memory", v2: fmt.Sprint(2 * host), meminfo: meminfo, want: (host/2 - 64*mib) / 2, wantSource: "half of host"},
 		{name: "limit below the headroom", v2: fmt.Sprint(100 * mib), meminfo: meminfo, want: 0, wantSource: "cgroup v2 memory.max 100MiB"},
-		{name: "garbage limit", v2: "lots", meminfo: meminfo, want: host/2 - 64*mib, wantSource: "half of host"},
-		{name: "limit without meminfo", v2: "1073741824", want: 896 * mib, wantSource: "cgroup v2 memory.max 1GiB"},
+		{name: "garbage limit", v2: "lots", meminfo: meminfo, want: (host/2 - 64*mib) / 2, wantSource: "half of host"},
+		{name: "limit without meminfo", v2: "1073741824", want: 448 * mib, wantSource: "cgroup v2 memory.max 1GiB"},
 		{name: "nothing readable", wantNoMemoryInfo: true},
 		{name: "meminfo without MemTotal", meminfo: "MemFree: 1 kB\n", wantNoMemoryInfo: true},
 	}
@@ -241,14 +241,15 @@ func TestByteSizeFlag(t *testing.T) {
 	}
 }
 
-// The soft memory limit never exceeds the budget plus the base: the 256 MiB
-// container with four workers at the 64 MiB policy.
+// The soft memory limit is twice the arrays the budget lets live plus the
+// base: the 256 MiB container (budget 64 MiB) with four workers at the 64 MiB
+// policy gets 192 MiB, not the 576 MiB that OOM-killed it.
 func TestKeepHeapResidentWithinBudget(t *testing.T) {
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	policy := verify.DefaultPolicy()
-	if got, want := KeepHeapResident(4, policy, 128<<20), int64(192<<20); got != want {
-		t.Errorf("with a 128 MiB budget: limit %d MiB, want %d MiB", got>>20, want>>20)
+	if got, want := KeepHeapResident(4, policy, 64<<20), int64(192<<20); got != want {
+		t.Errorf("with a 64 MiB budget: limit %d MiB, want %d MiB", got>>20, want>>20)
 	}
 	if got, want := KeepHeapResident(4, policy, 0), int64(576<<20); got != want {
 		t.Errorf("without a budget: limit %d MiB, want %d MiB", got>>20, want>>20)

@@ -34,24 +34,31 @@ const outsideHeap = 64 << 20
 // hold at once plus a base, garbage collection runs only when that limit
 // nears, and the scavenger keeps freed arrays resident for reuse.
 //
-// With a memory budget (budget > 0), the limit is at most budget plus the
-// base: the pool's memory permits let no more than budget bytes of Argon2
-// arrays be live at once, so the heap fits in that; when it binds, the
-// collector runs more often (about once per budget's worth of hashes rather
-// than once per two rounds), which with a tiny live heap of pointer-free
-// arrays is cheap, and the process stays inside the container that the
-// budget was derived from. A 256 MiB container with four workers and the
-// 64 MiB policy used to get a 576 MiB limit and was OOM-killed on its
-// fourth hash.
+// With a memory budget (budget > 0), the limit is at most twice the budget
+// plus the base: the pool's memory permits let no more than budget bytes of
+// Argon2 arrays be live at once, and the freed arrays of the previous round
+// wait beside them until the next collection. A limit below that makes the
+// collector run and the scavenger return memory on nearly every hash, and
+// each hash then faults its array in again: measured with `levee calibrate`,
+// p95 went from 89 ms to 448 ms when 2 × 68 MiB arrays crossed a 320 MiB
+// limit (docs/benchmarks.md). DefaultMemoryBudget sizes the budget so that
+// this limit fits the container.
 func KeepHeapResident(workers int, policy verify.Policy, budget int64) int64 {
-	arrays := int64(workers) * int64(policy.Params.Memory) << 10
-	limit := 2*arrays + residentBase
-	if budget > 0 {
-		limit = min(limit, budget+residentBase)
-	}
+	limit := ResidentHeapLimit(workers, policy.Params, budget)
 	debug.SetGCPercent(-1)
 	debug.SetMemoryLimit(limit)
 	return limit
+}
+
+// ResidentHeapLimit is the soft memory limit KeepHeapResident sets: twice
+// the Argon2 arrays that workers hashes of p (or, when smaller, the budget)
+// hold at once, plus a base for everything else.
+func ResidentHeapLimit(workers int, p verify.Params, budget int64) int64 {
+	arrays := int64(workers) * int64(p.Memory) << 10
+	if budget > 0 {
+		arrays = min(arrays, budget)
+	}
+	return 2*arrays + residentBase
 }
 
 // memoryFiles are where DefaultMemoryBudget reads the memory it may use;
@@ -72,15 +79,17 @@ var systemMemoryFiles = memoryFiles{
 var errNoMemoryInfo = errors.New("no cgroup memory limit and no /proc/meminfo")
 
 // DefaultMemoryBudget derives a memory budget for Argon2 arrays from the
-// process's environment and says where it came from:
+// process's environment and says where it came from. The process needs about
+// twice the budget (live arrays and the previous round's garbage, see
+// KeepHeapResident) plus headroom:
 //
 //   - Under a cgroup memory limit L (v2 memory.max, else v1
-//     memory.limit_in_bytes): L − 128 MiB, that is 64 MiB of Go heap beyond
-//     the arrays (the soft limit's base) and 64 MiB outside the Go heap.
-//     "max", a value of 2^62 or more, or one at least the host's memory
-//     means no limit.
-//   - Else half the host's memory (MemTotal) less the 64 MiB base: a
-//     verifier shares a host, and the soft limit lands at exactly the half.
+//     memory.limit_in_bytes): (L − 128 MiB) / 2, where 128 MiB is 64 MiB of
+//     Go heap beyond the arrays (the soft limit's base) and 64 MiB outside
+//     the Go heap. "max", a value of 2^62 or more, or one at least the host's
+//     memory means no limit.
+//   - Else (half the host's memory (MemTotal) − 64 MiB) / 2: a verifier
+//     shares a host, and the soft limit lands at exactly the half.
 //
 // A limit too small for the headroom gives a budget of zero, which
 // Validate refuses with the limit in its message. It returns an error when
@@ -99,14 +108,14 @@ func defaultMemoryBudget(f memoryFiles) (int64, string, error) {
 		if limit >= 1<<62 || terr == nil && limit >= total {
 			break // no real limit: the host's memory decides
 		}
-		budget := max(limit-residentBase-outsideHeap, 0)
-		return budget, fmt.Sprintf("%s %s less %s headroom", c.name, ByteSize(limit).Approx(), ByteSize(residentBase+outsideHeap).Approx()), nil
+		budget := max(limit-residentBase-outsideHeap, 0) / 2
+		return budget, fmt.Sprintf("half of %s %s less %s headroom", c.name, ByteSize(limit).Approx(), ByteSize(residentBase+outsideHeap).Approx()), nil
 	}
 	if terr != nil {
 		return 0, "", fmt.Errorf("%w: %v", errNoMemoryInfo, terr)
 	}
-	budget := max(total/2-residentBase, 0)
-	return budget, fmt.Sprintf("half of host MemTotal %s less %s", ByteSize(total).Approx(), ByteSize(residentBase).Approx()), nil
+	budget := max(total/2-residentBase, 0) / 2
+	return budget, fmt.Sprintf("half of (half of host MemTotal %s less %s)", ByteSize(total).Approx(), ByteSize(residentBase).Approx()), nil
 }
 
 // cgroupLimit reads a cgroup memory limit file; ok is false when the file

@@ -52,7 +52,6 @@ type Result struct {
 	Probes int
 }
 
-
 // point is a measured (m, t).
 type point struct {
 	m, t     uint32

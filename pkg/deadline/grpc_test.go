@@ -121,7 +121,7 @@ func serverOptions(c Config, extra ...grpc.ServerOption) []grpc.ServerOption {
 // exactly, with no allowance for scheduling.
 func TestServerAppliesDefault(t *testing.T) {
 	c := Config{Default: 7 * time.Minute, Max: time.Hour, Margin: time.Millisecond}
-	for _, m := range methods {
+	for _, m := range methods[:1] { // unary only: see TestStreamKeepsCallersDeadline
 		t.Run(m.name, func(t *testing.T) {
 			var seen time.Time
 			var hasDeadline bool
@@ -147,7 +147,7 @@ func TestServerAppliesDefault(t *testing.T) {
 // TestServerClampsToMax: a caller asking for a day gets Max.
 func TestServerClampsToMax(t *testing.T) {
 	c := Config{Default: time.Minute, Max: 10 * time.Minute, Margin: time.Millisecond}
-	for _, m := range methods {
+	for _, m := range methods[:1] { // unary only: see TestStreamKeepsCallersDeadline
 		t.Run(m.name, func(t *testing.T) {
 			var seen time.Time
 			svc := &healthService{hook: func(ctx context.Context) error {
@@ -165,6 +165,35 @@ func TestServerClampsToMax(t *testing.T) {
 			after := time.Now()
 			between(t, "handler deadline", seen, before.Add(c.Max), after.Add(c.Max))
 		})
+	}
+}
+
+// TestStreamKeepsCallersDeadline: a stream gets no default deadline and no
+// clamp (a health Watch cut every Default would flap every watcher), but
+// keeps the deadline its caller sent.
+func TestStreamKeepsCallersDeadline(t *testing.T) {
+	c := Config{Default: time.Second, Max: 2 * time.Second, Margin: time.Millisecond}
+	var seen time.Time
+	var has bool
+	svc := &healthService{hook: func(ctx context.Context) error {
+		seen, has = ctx.Deadline()
+		return nil
+	}}
+	client := dial(t, serve(t, svc, serverOptions(c)...))
+	if err := callWatch(context.Background(), client); err != nil {
+		t.Fatal(err)
+	}
+	if has {
+		t.Errorf("a stream without a deadline got one (%v): long-lived streams must not be cut", time.Until(seen))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	before := time.Now()
+	if err := callWatch(ctx, client); err != nil {
+		t.Fatal(err)
+	}
+	if !has || seen.Before(before.Add(time.Hour-time.Minute)) {
+		t.Errorf("a stream's own 1h deadline became %v, want it kept (no clamp to Max)", time.Until(seen))
 	}
 }
 

@@ -51,18 +51,18 @@ func (c Config) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	}
 }
 
-// StreamServerInterceptor is UnaryServerInterceptor for streaming calls: the
-// handler's stream reports the ensured context from Context. It panics if c
-// is invalid.
+// StreamServerInterceptor refuses a streaming call that arrives with its
+// deadline already passed (or cancelled), like UnaryServerInterceptor, but
+// applies neither Default nor Max: a stream is long-lived by design (a health
+// Watch, an ORCA load-report stream, reflection) and must not be cut every
+// Default; a caller's own deadline still applies. It panics if c is invalid.
 func (c Config) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	c.mustBeValid()
 	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if err := refuseIncoming(ss.Context()); err != nil {
 			return err
 		}
-		ctx, cancel := c.Ensure(ss.Context())
-		defer cancel()
-		return handler(srv, &serverStream{ServerStream: ss, ctx: ctx})
+		return handler(srv, ss)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"runtime"
 	"strings"
@@ -74,7 +75,8 @@ type Config struct {
 	// RegistryTarget is the etcd naming target (key prefix) to register
 	// under.
 	RegistryTarget string
-	// AdvertiseAddr is the host:port registered, the one gateways dial;
+	// AdvertiseAddr is the host:port registered, the one gateways dial (an
+	// empty host, ":7701", means this machine's host name);
 	// empty means the actual gRPC listen address, which Serve refuses when
 	// it is unspecified (0.0.0.0, ::): then AdvertiseAddr must be given.
 	AdvertiseAddr string
@@ -158,7 +160,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("RegistryTarget: %w", err))
 	}
 	if c.AdvertiseAddr != "" {
-		if err := registry.CheckAddr(c.AdvertiseAddr); err != nil {
+		if err := registry.CheckAddr(advertised(c.AdvertiseAddr)); err != nil {
 			errs = append(errs, fmt.Errorf("AdvertiseAddr: %w", err))
 		}
 	}
@@ -379,4 +381,19 @@ func decodePepperKey(s string) ([]byte, error) {
 		return nil, errors.New("not standard base64")
 	}
 	return key, nil
+}
+
+// advertised fills an empty host (":7701") with this machine's host name, so
+// that replicas started from one template (docker compose --scale, a
+// Kubernetes Deployment) each register the name their peers resolve them by.
+func advertised(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host != "" {
+		return addr
+	}
+	name, err := os.Hostname()
+	if err != nil || name == "" {
+		return addr
+	}
+	return net.JoinHostPort(name, port)
 }

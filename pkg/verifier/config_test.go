@@ -3,7 +3,9 @@ package verifier
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -172,5 +174,28 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("New accepted a config Validate refuses")
 			}
 		})
+	}
+}
+
+func TestAdvertisedFillsHostName(t *testing.T) {
+	name, err := os.Hostname()
+	if err != nil {
+		t.Skip("no host name on this machine")
+	}
+	for in, want := range map[string]string{
+		":7701":          net.JoinHostPort(name, "7701"),
+		"10.0.0.5:7701":  "10.0.0.5:7701",
+		"verifier3:7701": "verifier3:7701",
+		"garbage":        "garbage",
+	} {
+		if got := advertised(in); got != want {
+			t.Errorf("advertised(%q) = %q, want %q", in, got, want)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.EtcdEndpoints = []string{"http://127.0.0.1:2379"}
+	cfg.AdvertiseAddr = ":7701"
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("AdvertiseAddr :7701 (the host name) rejected: %v", err)
 	}
 }

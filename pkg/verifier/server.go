@@ -320,7 +320,7 @@ func (s *Server) newRegistrar(lis net.Listener) (*registrar, error) {
 	if len(s.cfg.EtcdEndpoints) == 0 {
 		return nil, nil
 	}
-	addr := s.cfg.AdvertiseAddr
+	addr := advertised(s.cfg.AdvertiseAddr)
 	if addr == "" {
 		addr = lis.Addr().String()
 		if err := registry.CheckAddr(addr); err != nil {

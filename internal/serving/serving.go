@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // Listen opens the gRPC listener on addr and, unless metricsAddr is empty,
@@ -48,5 +50,18 @@ func HTTP(g *errgroup.Group, component string, lis net.Listener, h http.Handler)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = hs.Shutdown(ctx)
+	}
+}
+
+// SetHealth sets the serving status of the server as a whole ("") and of
+// each named service at once.
+func SetHealth(h *health.Server, serving bool, services ...string) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	h.SetServingStatus("", st)
+	for _, s := range services {
+		h.SetServingStatus(s, st)
 	}
 }

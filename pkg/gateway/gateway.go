@@ -217,12 +217,7 @@ func (g *Gateway) newBreaker() *breaker.Breaker {
 }
 
 func (g *Gateway) setServing(on bool) {
-	st := healthpb.HealthCheckResponse_NOT_SERVING
-	if on {
-		st = healthpb.HealthCheckResponse_SERVING
-	}
-	g.health.SetServingStatus("", st)
-	g.health.SetServingStatus(verifyv1.VerifyService_ServiceDesc.ServiceName, st)
+	serving.SetHealth(g.health, on, verifyv1.VerifyService_ServiceDesc.ServiceName)
 }
 
 // Run listens on cfg.ListenAddr (and cfg.MetricsAddr) and serves until ctx

@@ -219,12 +219,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
 func (s *Server) setServing(on bool) {
-	st := healthpb.HealthCheckResponse_NOT_SERVING
-	if on {
-		st = healthpb.HealthCheckResponse_SERVING
-	}
-	s.health.SetServingStatus("", st)
-	s.health.SetServingStatus(verifyv1.VerifyService_ServiceDesc.ServiceName, st)
+	serving.SetHealth(s.health, on, verifyv1.VerifyService_ServiceDesc.ServiceName)
 }
 
 // Run listens on cfg.ListenAddr (and cfg.MetricsAddr) and serves until ctx

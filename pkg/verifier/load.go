@@ -17,6 +17,8 @@ import (
 //   - utilization["queue"]: queued / queue capacity.
 //   - named metrics queue_length and active_workers.
 //   - qps: hashes completed per second over the last second or so.
+//   - mem_utilization: Argon2 memory held by running hashes / the memory
+//     budget (the permits, not RSS).
 type loadReporter struct {
 	pool     *workpool.Pool
 	capacity int
@@ -40,9 +42,13 @@ func (l *loadReporter) ServerMetrics() *orca.ServerMetrics {
 	if l.capacity > 0 {
 		queueUtil = min(1, float64(st.Queued)/float64(l.capacity))
 	}
+	memUtil := -1.0 // unknown: no budget
+	if st.MemoryBudget > 0 {
+		memUtil = float64(st.MemoryInUse) / float64(st.MemoryBudget)
+	}
 	return &orca.ServerMetrics{
 		CPUUtilization: -1,
-		MemUtilization: -1,
+		MemUtilization: memUtil,
 		AppUtilization: float64(st.Busy+st.Queued) / float64(max(st.Active, 1)),
 		QPS:            l.rate(st.Completed),
 		EPS:            -1,

@@ -65,6 +65,10 @@ func TestMemoryBudgetBoundsConcurrentHashes(t *testing.T) {
 	if got := h.metric("levee_verifier_memory_budget_bytes", nil); got != budget {
 		t.Errorf("levee_verifier_memory_budget_bytes = %v, want %d", got, budget)
 	}
+	// The ORCA load report tells balancers the budget is full.
+	if got := h.srv.load.ServerMetrics().MemUtilization; got != 1 {
+		t.Errorf("ORCA mem_utilization with the budget full = %v, want 1", got)
+	}
 	release()
 	for i, w := range waits {
 		wantOK(t, fmt.Sprintf("call %d", i), w())

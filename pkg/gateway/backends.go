@@ -15,7 +15,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/naming/endpoints"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -314,15 +313,13 @@ func (bs *backends) watchHealth(ctx context.Context, b *backend) {
 		if ctx.Err() != nil {
 			return
 		}
-		// A stream that ends while the connection is still up says nothing
-		// about the node (a drain says NOT_SERVING before it ends): keep
-		// the last word and watch again. With the connection down, the
-		// node is out until a new stream says otherwise.
-		if b.cc.GetState() != connectivity.Ready {
-			b.serving.Store(false)
-		}
-		bs.log.Warn("health stream to verifier ended; watching again", "addr", b.addr, "err", err,
-			"serving", b.serving.Load())
+		// The node is out until a new stream says SERVING: a health stream
+		// ends when the connection does (the node died or restarts) or the
+		// node stops serving it; it is never cut by a deadline
+		// (pkg/deadline leaves streams alone).
+		b.serving.Store(false)
+		bs.log.Warn("health stream to verifier ended; out of rotation until it says SERVING again",
+			"addr", b.addr, "err", err, "connection", b.cc.GetState().String())
 		if !back.Wait(ctx) {
 			return
 		}

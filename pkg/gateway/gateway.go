@@ -630,10 +630,12 @@ func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f cal
 		// gets a status that names the problem instead.
 		res.err = errVerifierFailed
 		if code == codes.Unavailable {
+			// Connection refused or lost, or the node draining: its health
+			// stream takes it out of rotation (a lost connection ends the
+			// stream, a drain says NOT_SERVING first); one failed call does
+			// not, or a transient error would exclude a healthy node until
+			// its health next changed. The breaker counts the failure.
 			res.err = errVerifierUnavailable
-			// Connection refused or lost, or the node is draining: the
-			// health stream will say so too; stop picking it now.
-			b.serving.Store(false)
 			res.retryable = ctx.Err() == nil && len(trailer.Get(PushbackTrailer)) == 0
 		}
 	default:

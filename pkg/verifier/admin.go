@@ -4,7 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -34,6 +36,20 @@ type adminServer struct {
 	fraction float64
 	slowdown float64
 	closed   bool
+
+	// faults is the injected error fraction's float64 bits: read on every
+	// call without the lock.
+	faults atomic.Uint64
+}
+
+// errInjected answers a call refused by fault injection.
+var errInjected = status.Error(codes.Unavailable, "injected fault (capacity knob): not hashed")
+
+// injectFault reports whether this call is to be refused as an injected
+// fault.
+func (a *adminServer) injectFault() bool {
+	f := math.Float64frombits(a.faults.Load())
+	return f > 0 && rand.Float64() < f
 }
 
 func newAdminServer(pool *workpool.Pool, workers int, enabled bool, log *slog.Logger) *adminServer {
@@ -47,7 +63,7 @@ func (a *adminServer) SetCapacity(_ context.Context, req *verifyv1.SetCapacityRe
 	if !a.enabled {
 		return nil, errKnobDisabled
 	}
-	fraction, slowdown, ms := req.GetWorkerFraction(), req.GetSlowdown(), req.GetDurationMs()
+	fraction, slowdown, ms, faults := req.GetWorkerFraction(), req.GetSlowdown(), req.GetDurationMs(), req.GetErrorFraction()
 	if fraction == 0 {
 		fraction = 1
 	}
@@ -59,6 +75,8 @@ func (a *adminServer) SetCapacity(_ context.Context, req *verifyv1.SetCapacityRe
 		return nil, status.Errorf(codes.InvalidArgument, "worker_fraction must be in (0, 1], got %v", req.GetWorkerFraction())
 	case math.IsNaN(slowdown) || slowdown < 1 || slowdown > 100:
 		return nil, status.Errorf(codes.InvalidArgument, "slowdown must be in [1, 100], got %v", req.GetSlowdown())
+	case math.IsNaN(faults) || faults < 0 || faults > 1:
+		return nil, status.Errorf(codes.InvalidArgument, "error_fraction must be in [0, 1], got %v", faults)
 	case ms < 0 || ms > maxKnobDuration.Milliseconds(): // in ms: ms×1e6 ns may overflow
 		return nil, status.Errorf(codes.InvalidArgument, "duration_ms must be in [0, %d], got %d", maxKnobDuration.Milliseconds(), ms)
 	}
@@ -67,7 +85,7 @@ func (a *adminServer) SetCapacity(_ context.Context, req *verifyv1.SetCapacityRe
 	if a.closed {
 		return nil, errDraining
 	}
-	a.applyLocked(fraction, slowdown)
+	a.applyLocked(fraction, slowdown, faults)
 	if a.timer != nil {
 		a.timer.Stop()
 		a.timer = nil
@@ -81,14 +99,15 @@ func (a *adminServer) SetCapacity(_ context.Context, req *verifyv1.SetCapacityRe
 			a.mu.Lock()
 			defer a.mu.Unlock()
 			if a.timer == t && !a.closed { // not superseded by a later call
-				a.applyLocked(1, 1)
+				a.applyLocked(1, 1, 0)
 				a.timer = nil
 				a.until = time.Time{}
 			}
 		})
 		a.timer = t
 	}
-	a.log.Warn("capacity changed by the admin knob", "worker_fraction", fraction, "slowdown", slowdown, "duration", time.Duration(ms)*time.Millisecond)
+	a.log.Warn("capacity changed by the admin knob", "worker_fraction", fraction, "slowdown", slowdown,
+		"error_fraction", faults, "duration", time.Duration(ms)*time.Millisecond)
 	return &verifyv1.SetCapacityResponse{Capacity: a.capacityLocked()}, nil
 }
 
@@ -101,10 +120,11 @@ func (a *adminServer) GetCapacity(context.Context, *verifyv1.GetCapacityRequest)
 	return &verifyv1.GetCapacityResponse{Capacity: a.capacityLocked()}, nil
 }
 
-func (a *adminServer) applyLocked(fraction, slowdown float64) {
+func (a *adminServer) applyLocked(fraction, slowdown, faults float64) {
 	a.fraction, a.slowdown = fraction, slowdown
+	a.faults.Store(math.Float64bits(faults))
 	a.pool.SetCapacity(activeWorkers(a.workers, fraction), slowdown)
-	if fraction == 1 && slowdown == 1 {
+	if fraction == 1 && slowdown == 1 && faults == 0 {
 		a.log.Info("full capacity restored")
 	}
 }
@@ -119,6 +139,7 @@ func (a *adminServer) capacityLocked() *verifyv1.Capacity {
 		WorkerFraction: a.fraction,
 		Slowdown:       a.slowdown,
 		ActiveWorkers:  uint32(activeWorkers(a.workers, a.fraction)),
+		ErrorFraction:  math.Float64frombits(a.faults.Load()),
 	}
 	if !a.until.IsZero() {
 		c.RemainingMs = max(0, time.Until(a.until).Milliseconds())

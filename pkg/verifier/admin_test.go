@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
@@ -111,5 +112,37 @@ func TestCapacityKnob(t *testing.T) {
 	full := &verifyv1.Capacity{WorkerFraction: 1, Slowdown: 1, ActiveWorkers: 2}
 	if diff := cmp.Diff(full, got.GetCapacity(), protocmp.Transform()); diff != "" {
 		t.Errorf("capacity after the duration (-want +got):\n%s", diff)
+	}
+}
+
+// Fault injection refuses the chosen fraction of calls with UNAVAILABLE
+// before anything is hashed, and goes when it is lifted.
+func TestCapacityKnobInjectsFaults(t *testing.T) {
+	cfg := testConfig()
+	cfg.EnableCapacityKnob = true
+	h := start(t, cfg)
+	ctx := context.Background()
+	if _, err := h.admin.SetCapacity(ctx, &verifyv1.SetCapacityRequest{ErrorFraction: 1.5}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("error_fraction 1.5: %v, want INVALID_ARGUMENT", err)
+	}
+	resp, err := h.admin.SetCapacity(ctx, &verifyv1.SetCapacityRequest{ErrorFraction: 1})
+	if err != nil || resp.GetCapacity().GetErrorFraction() != 1 {
+		t.Fatalf("SetCapacity(error_fraction 1) = %v, %v", resp, err)
+	}
+	before := h.hashCount()
+	for range 10 {
+		_, err := h.verify.Hash(ctx, &verifyv1.HashRequest{Password: []byte("pw")})
+		if st := wantCode(t, err, codes.Unavailable); !strings.Contains(st.Message(), "injected fault") {
+			t.Errorf("message %q does not say the fault was injected", st.Message())
+		}
+	}
+	if got := h.hashCount() - before; got != 0 {
+		t.Errorf("%v hashes ran for calls refused by injected faults", got)
+	}
+	if _, err := h.admin.SetCapacity(ctx, &verifyv1.SetCapacityRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.verify.Hash(ctx, &verifyv1.HashRequest{Password: []byte("pw")}); err != nil {
+		t.Errorf("after lifting the faults: %v", err)
 	}
 }

@@ -447,6 +447,9 @@ func (s *Server) Close() {
 
 // Verify implements VerifyService.Verify.
 func (s *Server) Verify(ctx context.Context, req *verifyv1.VerifyRequest) (*verifyv1.VerifyResponse, error) {
+	if s.admin.injectFault() {
+		return nil, errInjected
+	}
 	if err := s.v.CheckPassword(req.GetPassword()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -523,6 +526,9 @@ func (s *Server) Verify(ctx context.Context, req *verifyv1.VerifyRequest) (*veri
 
 // Hash implements VerifyService.Hash.
 func (s *Server) Hash(ctx context.Context, req *verifyv1.HashRequest) (*verifyv1.HashResponse, error) {
+	if s.admin.injectFault() {
+		return nil, errInjected
+	}
 	if err := s.v.CheckPassword(req.GetPassword()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}

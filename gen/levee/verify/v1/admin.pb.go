@@ -34,7 +34,10 @@ type Capacity struct {
 	ActiveWorkers uint32 `protobuf:"varint,3,opt,name=active_workers,json=activeWorkers,proto3" json:"active_workers,omitempty"`
 	// Milliseconds until full capacity returns by itself; 0 when in force
 	// indefinitely or when at full capacity.
-	RemainingMs   int64 `protobuf:"varint,4,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
+	RemainingMs int64 `protobuf:"varint,4,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
+	// Fraction of Verify and Hash calls refused at once with UNAVAILABLE
+	// (injected faults), in [0, 1].
+	ErrorFraction float64 `protobuf:"fixed64,5,opt,name=error_fraction,json=errorFraction,proto3" json:"error_fraction,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -97,6 +100,13 @@ func (x *Capacity) GetRemainingMs() int64 {
 	return 0
 }
 
+func (x *Capacity) GetErrorFraction() float64 {
+	if x != nil {
+		return x.ErrorFraction
+	}
+	return 0
+}
+
 // SetCapacityRequest asks for a capacity change.
 type SetCapacityRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -105,7 +115,11 @@ type SetCapacityRequest struct {
 	// Service time multiplier, >= 1; 0 means 1 (no stretch).
 	Slowdown float64 `protobuf:"fixed64,2,opt,name=slowdown,proto3" json:"slowdown,omitempty"`
 	// How long the change lasts, in milliseconds; 0 means until the next call.
-	DurationMs    int64 `protobuf:"varint,3,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	DurationMs int64 `protobuf:"varint,3,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	// Fault injection: the fraction of Verify and Hash calls refused at once
+	// with UNAVAILABLE, never hashed, in [0, 1]; 0 means none. For experiments
+	// with the gateway's circuit breakers.
+	ErrorFraction float64 `protobuf:"fixed64,4,opt,name=error_fraction,json=errorFraction,proto3" json:"error_fraction,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -157,6 +171,13 @@ func (x *SetCapacityRequest) GetSlowdown() float64 {
 func (x *SetCapacityRequest) GetDurationMs() int64 {
 	if x != nil {
 		return x.DurationMs
+	}
+	return 0
+}
+
+func (x *SetCapacityRequest) GetErrorFraction() float64 {
+	if x != nil {
+		return x.ErrorFraction
 	}
 	return 0
 }
@@ -294,17 +315,19 @@ var File_levee_verify_v1_admin_proto protoreflect.FileDescriptor
 
 const file_levee_verify_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1blevee/verify/v1/admin.proto\x12\x0flevee.verify.v1\"\x99\x01\n" +
+	"\x1blevee/verify/v1/admin.proto\x12\x0flevee.verify.v1\"\xc0\x01\n" +
 	"\bCapacity\x12'\n" +
 	"\x0fworker_fraction\x18\x01 \x01(\x01R\x0eworkerFraction\x12\x1a\n" +
 	"\bslowdown\x18\x02 \x01(\x01R\bslowdown\x12%\n" +
 	"\x0eactive_workers\x18\x03 \x01(\rR\ractiveWorkers\x12!\n" +
-	"\fremaining_ms\x18\x04 \x01(\x03R\vremainingMs\"z\n" +
+	"\fremaining_ms\x18\x04 \x01(\x03R\vremainingMs\x12%\n" +
+	"\x0eerror_fraction\x18\x05 \x01(\x01R\rerrorFraction\"\xa1\x01\n" +
 	"\x12SetCapacityRequest\x12'\n" +
 	"\x0fworker_fraction\x18\x01 \x01(\x01R\x0eworkerFraction\x12\x1a\n" +
 	"\bslowdown\x18\x02 \x01(\x01R\bslowdown\x12\x1f\n" +
 	"\vduration_ms\x18\x03 \x01(\x03R\n" +
-	"durationMs\"L\n" +
+	"durationMs\x12%\n" +
+	"\x0eerror_fraction\x18\x04 \x01(\x01R\rerrorFraction\"L\n" +
 	"\x13SetCapacityResponse\x125\n" +
 	"\bcapacity\x18\x01 \x01(\v2\x19.levee.verify.v1.CapacityR\bcapacity\"\x14\n" +
 	"\x12GetCapacityRequest\"L\n" +

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	_ "google.golang.org/grpc/health" // client-side health checking
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 
@@ -128,7 +129,11 @@ func dial(target string, extra []grpc.DialOption) (*grpc.ClientConn, error) {
 	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
+		// Round robin over the replicas whose health says SERVING (the
+		// leader, and followers that know it): a replica resigning or cut
+		// off from etcd leaves the rotation as soon as it says so.
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}],` +
+			`"healthCheckConfig":{"serviceName":"` + budgetv1.BudgetService_ServiceDesc.ServiceName + `"}}`),
 	}
 	if len(addrs) > 1 {
 		// A resolver per Client (WithResolvers), never the global registry.

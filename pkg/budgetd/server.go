@@ -300,13 +300,8 @@ func (s *Server) awaitEtcdWork(wg *sync.WaitGroup, abandon func()) {
 }
 
 // setHealth publishes whether this replica can answer.
-func (s *Server) setHealth(serving bool) {
-	st := healthpb.HealthCheckResponse_NOT_SERVING
-	if serving {
-		st = healthpb.HealthCheckResponse_SERVING
-	}
-	s.health.SetServingStatus("", st)
-	s.health.SetServingStatus(budgetv1.BudgetService_ServiceDesc.ServiceName, st)
+func (s *Server) setHealth(on bool) {
+	serving.SetHealth(s.health, on, budgetv1.BudgetService_ServiceDesc.ServiceName)
 }
 
 // updateHealthLocked: a leader serves; so does a follower with a session

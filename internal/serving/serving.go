@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -63,5 +64,58 @@ func SetHealth(h *health.Server, serving bool, services ...string) {
 	h.SetServingStatus("", st)
 	for _, s := range services {
 		h.SetServingStatus(s, st)
+	}
+}
+
+// Streams ends a server's long-lived streams (health Watch, ORCA load
+// reports, reflection) when the server stops: GracefulStop waits for every
+// call, and a stream nobody ends would hold it until its timeout. The zero
+// value is not ready; use NewStreams.
+type Streams struct {
+	ctx context.Context
+	end context.CancelFunc
+}
+
+// NewStreams returns a Streams whose streams run until End.
+func NewStreams() *Streams {
+	ctx, end := context.WithCancel(context.Background())
+	return &Streams{ctx: ctx, end: end}
+}
+
+// Interceptor gives each stream a context that also ends with End.
+func (s *Streams) Interceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, cancel := context.WithCancel(ss.Context())
+		defer cancel()
+		defer context.AfterFunc(s.ctx, cancel)()
+		return handler(srv, &stream{ServerStream: ss, ctx: ctx})
+	}
+}
+
+// End ends every stream, now and from now on.
+func (s *Streams) End() { s.end() }
+
+type stream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *stream) Context() context.Context { return s.ctx }
+
+// Stop stops srv gracefully: it ends streams, lets unary calls in flight
+// finish, and stops srv at once (cancelling what is left) when ctx ends
+// first. It returns when srv has stopped.
+func Stop(ctx context.Context, srv *grpc.Server, streams *Streams) {
+	streams.End()
+	stopped := make(chan struct{})
+	go func() {
+		srv.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		srv.Stop()
+		<-stopped
 	}
 }

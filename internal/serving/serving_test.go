@@ -10,6 +10,8 @@ import (
 
 	"go.uber.org/goleak"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -81,5 +83,38 @@ func TestSetHealth(t *testing.T) {
 				t.Errorf("SetHealth(%v): %q is %v, %v; want %v", on, name, resp.GetStatus(), err, want)
 			}
 		}
+	}
+}
+
+// Stop ends long-lived streams, so a graceful stop does not wait for them.
+func TestStopEndsStreams(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams := NewStreams()
+	srv := grpc.NewServer(grpc.ChainStreamInterceptor(streams.Interceptor()))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	w, err := healthpb.NewHealthClient(cc).Watch(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	// A context that never ends: only ending the stream lets Stop return.
+	Stop(context.Background(), srv, streams)
+	if err := <-served; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+	if _, err := w.Recv(); err == nil {
+		t.Error("the watch is still open after Stop")
 	}
 }

@@ -70,6 +70,7 @@ type Server struct {
 	now     func() time.Time
 	metrics *metrics
 	health  *health.Server
+	streams *serving.Streams // ended at stop, so GracefulStop need not wait for them
 	grpc    *grpc.Server
 	fwd     *forwarder
 	served  atomic.Bool
@@ -100,6 +101,7 @@ func New(cfg Config) (*Server, error) {
 		reg:      cfg.Registry,
 		now:      cfg.Now,
 		health:   health.NewServer(),
+		streams:  serving.NewStreams(),
 		settings: newSettingsTable(cfg.Prefix+"config/", cfg.Defaults),
 	}
 	if s.log == nil {
@@ -121,7 +123,7 @@ func New(cfg Config) (*Server, error) {
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
 		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor()),
-		grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor()),
+		grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor(), s.streams.Interceptor()),
 	)
 	budgetv1.RegisterBudgetServiceServer(s.grpc, s)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -247,19 +249,9 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) (err error) 
 		<-gctx.Done()
 		s.health.Shutdown()
 		s.awaitEtcdWork(&etcdWork, abandonEtcd)
-		stopped := make(chan struct{})
-		go func() {
-			s.grpc.GracefulStop()
-			close(stopped)
-		}()
-		timer := time.NewTimer(shutdownGrace)
-		defer timer.Stop()
-		select {
-		case <-stopped:
-		case <-timer.C:
-			s.grpc.Stop()
-			<-stopped
-		}
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		defer cancel()
+		serving.Stop(sctx, s.grpc, s.streams)
 		stopHTTP()
 		return nil
 	})

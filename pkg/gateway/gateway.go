@@ -95,8 +95,9 @@ type Gateway struct {
 	budgets *budget.Client
 	retry   *budget.Budget // nil: no in-fleet retries
 
-	grpc   *grpc.Server
-	health *health.Server
+	grpc    *grpc.Server
+	health  *health.Server
+	streams *serving.Streams // ended at stop, so GracefulStop need not wait for them
 
 	clientRatio ratioWindow // arrivals: first attempts vs retries
 	fleetRatio  ratioWindow // hops: first vs in-fleet retries
@@ -133,6 +134,7 @@ func New(cfg Config) (*Gateway, error) {
 		parser:  parser,
 		cost:    verify.NewCostModel(),
 		health:  health.NewServer(),
+		streams: serving.NewStreams(),
 		calls:   newCallSet(),
 	}
 	if g.log == nil {
@@ -189,7 +191,7 @@ func New(cfg Config) (*Gateway, error) {
 			cfg.Deadline.UnaryServerInterceptor(),
 			callmeta.UnaryServerInterceptor(),
 		),
-		grpc.ChainStreamInterceptor(cfg.Deadline.StreamServerInterceptor()),
+		grpc.ChainStreamInterceptor(cfg.Deadline.StreamServerInterceptor(), g.streams.Interceptor()),
 	)
 	verifyv1.RegisterVerifyServiceServer(g.grpc, g)
 	healthpb.RegisterHealthServer(g.grpc, g.health)
@@ -271,17 +273,9 @@ func (g *Gateway) Serve(ctx context.Context, lis, mlis net.Listener) error {
 		<-gctx.Done()
 		g.setServing(false)
 		g.log.Info("gateway stopping")
-		stopped := make(chan struct{})
-		go func() {
-			g.grpc.GracefulStop()
-			close(stopped)
-		}()
-		select {
-		case <-stopped:
-		case <-time.After(g.cfg.Deadline.Max):
-			g.grpc.Stop()
-			<-stopped
-		}
+		sctx, cancel := context.WithTimeout(context.Background(), g.cfg.Deadline.Max)
+		defer cancel()
+		serving.Stop(sctx, g.grpc, g.streams)
 		stopHTTP()
 		return nil
 	})

@@ -6,9 +6,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 
@@ -144,5 +146,33 @@ func TestCapacityKnobInjectsFaults(t *testing.T) {
 	}
 	if _, err := h.verify.Hash(ctx, &verifyv1.HashRequest{Password: []byte("pw")}); err != nil {
 		t.Errorf("after lifting the faults: %v", err)
+	}
+}
+
+// A client watching health (every gateway does) does not hold a drain to its
+// timeout: the drain ends long-lived streams before GracefulStop waits for
+// the calls in flight.
+func TestDrainEndsHealthWatches(t *testing.T) {
+	cfg := testConfig()
+	cfg.DrainTimeout = time.Minute
+	h := start(t, cfg)
+	stream, err := healthpb.NewHealthClient(h.cc).Watch(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	begin := time.Now()
+	if err := h.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(begin); took > cfg.DrainTimeout/3 {
+		t.Errorf("drain with a health watcher took %v: it waited for the stream (timeout %v)", took, cfg.DrainTimeout)
+	}
+	for {
+		if _, err := stream.Recv(); err != nil {
+			break // the watch ended with the server
+		}
 	}
 }

@@ -116,6 +116,7 @@ type Server struct {
 	model   *verify.CostModel
 	metrics *metrics
 	health  *health.Server
+	streams *serving.Streams // ended at the drain, so GracefulStop need not wait for them
 	admin   *adminServer
 	grpc    *grpc.Server
 	load    *loadReporter
@@ -149,14 +150,15 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("verifier: %w", err)
 	}
 	s := &Server{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		reg:    cfg.Registry,
-		v:      v,
-		policy: v.PolicyHash(),
-		pool:   pool,
-		model:  verify.NewCostModel(),
-		health: health.NewServer(),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		reg:     cfg.Registry,
+		v:       v,
+		policy:  v.PolicyHash(),
+		pool:    pool,
+		model:   verify.NewCostModel(),
+		health:  health.NewServer(),
+		streams: serving.NewStreams(),
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -199,6 +201,7 @@ func New(cfg Config) (*Server, error) {
 		grpc.ChainStreamInterceptor(
 			grpcMetrics.StreamServerInterceptor(),
 			cfg.Deadline.StreamServerInterceptor(),
+			s.streams.Interceptor(),
 		),
 		orca.CallMetricsServerOption(s.load),
 	)
@@ -421,17 +424,7 @@ func (s *Server) drain() {
 	if err := s.pool.Drain(ctx); err != nil {
 		s.log.Warn("drain timed out; cancelling what is left", "timeout", s.cfg.DrainTimeout)
 	}
-	stopped := make(chan struct{})
-	go func() {
-		s.grpc.GracefulStop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-ctx.Done():
-		s.grpc.Stop()
-		<-stopped
-	}
+	serving.Stop(ctx, s.grpc, s.streams)
 	s.log.Info("verifier drained")
 }
 

@@ -153,37 +153,16 @@ func (s Settings) String() string {
 }
 
 // Merge returns s with every field set in t replacing its own: how the
-// command-line tool edits one setting and keeps the rest.
+// command-line tool edits one setting and keeps the rest. Every field is an
+// omitempty pointer, so t's JSON holds exactly its set fields, and decoding
+// it onto s replaces those and no others.
 func (s Settings) Merge(t Settings) Settings {
-	if t.Clamp != nil {
-		s.Clamp = t.Clamp
+	b, err := json.Marshal(t)
+	if err == nil {
+		err = json.Unmarshal(b, &s)
 	}
-	if t.Ceiling != nil {
-		s.Ceiling = t.Ceiling
-	}
-	if t.CriticalReserve != nil {
-		s.CriticalReserve = t.CriticalReserve
-	}
-	if t.BatchShare != nil {
-		s.BatchShare = t.BatchShare
-	}
-	if t.RetryShare != nil {
-		s.RetryShare = t.RetryShare
-	}
-	if t.Autopilot != nil {
-		s.Autopilot = t.Autopilot
-	}
-	if t.ClientTimeout != nil {
-		s.ClientTimeout = t.ClientTimeout
-	}
-	if t.BreakerFailureRate != nil {
-		s.BreakerFailureRate = t.BreakerFailureRate
-	}
-	if t.BreakerOpenFor != nil {
-		s.BreakerOpenFor = t.BreakerOpenFor
-	}
-	if t.BreakerMinRequests != nil {
-		s.BreakerMinRequests = t.BreakerMinRequests
+	if err != nil {
+		panic(fmt.Sprintf("gateway: settings do not round-trip through JSON: %v", err))
 	}
 	return s
 }

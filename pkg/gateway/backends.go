@@ -130,16 +130,20 @@ func (bs *backends) list() []*backend { return *bs.snap.Load() }
 // among those eligible, not excluded and with a free slot (workers + queue,
 // see backend.slots), asks the chosen one's breaker (a half-open breaker
 // admits only its ramp's fraction) and reserves the slot: the caller must
-// release it. It returns nil when no verifier will take the call now.
-func (bs *backends) pick(exclude *backend, queue int64) *backend {
+// release it. It returns nil when no verifier will take the call now, and
+// then says whether any verifier was serving at all (busy, not down).
+func (bs *backends) pick(exclude *backend, queue int64) (chosen *backend, serving bool) {
 	list := bs.list()
 	n := len(list)
 	if n == 0 {
-		return nil
+		return nil, false
 	}
 	try := func(c *backend) bool {
-		return c != exclude && c.eligible() && c.pending.Load() < c.slots(queue) &&
-			c.brk.Load().Allow() && c.reserve(queue)
+		if c == exclude || !c.eligible() {
+			return false
+		}
+		serving = true
+		return c.pending.Load() < c.slots(queue) && c.brk.Load().Allow() && c.reserve(queue)
 	}
 	// Two distinct random candidates, the less loaded first.
 	i := rand.IntN(n)
@@ -152,24 +156,21 @@ func (bs *backends) pick(exclude *backend, queue int64) *backend {
 		a, b = b, a
 	}
 	if try(a) {
-		return a
+		return a, true
 	}
 	if b != a && try(b) {
-		return b
+		return b, true
 	}
 	// Both full or refused: walk the rest from a random start (O(n), fair).
 	start := rand.IntN(n)
 	for k := range n {
 		c := list[(start+k)%n]
 		if c != a && c != b && try(c) {
-			return c
+			return c, true
 		}
 	}
-	return nil
+	return nil, serving
 }
-
-// setStatic replaces nothing: static verifiers are fixed at start. Dynamic
-// membership follows etcd through Snapshot and Events (etcdwatch.Handler).
 
 // Snapshot implements etcdwatch.Handler for the registration prefix.
 func (bs *backends) Snapshot(kvs []*mvccpb.KeyValue) {

@@ -308,13 +308,8 @@ func (g *Gateway) housekeep(ctx context.Context) {
 	defer t.Stop()
 	for {
 		g.fitCeiling()
-		list := g.backends.list()
-		serving := false
-		for _, b := range list {
-			serving = serving || b.eligible()
-		}
-		g.setServing(serving)
-		g.metrics.observeVerifiers(list)
+		g.setServing(g.ServingVerifiers() > 0)
+		g.metrics.observeVerifiers(g.backends.list())
 		g.metrics.retryRatio.WithLabelValues("clients").Set(g.clientRatio.roll())
 		g.metrics.retryRatio.WithLabelValues("gateway").Set(g.fleetRatio.roll())
 		select {
@@ -385,13 +380,13 @@ func (g *Gateway) admit(ctx context.Context, f callmeta.Facts) (*backend, error)
 		return nil, errOverLimit
 	}
 	g.auto.sawInflight(g.limiter.InFlight())
-	b := g.backends.pick(nil, g.slotQueue(f))
+	b, serving := g.backends.pick(nil, g.slotQueue(f))
 	if b != nil {
 		return b, nil
 	}
 	g.releaseAdmission(f, admission.Sample{Outcome: admission.OutcomeIgnore})
 	g.pushback(ctx)
-	if g.ServingVerifiers() == 0 {
+	if !serving {
 		g.metrics.refuse(f, reasonIndexNoVerifier)
 		return nil, errNoVerifier
 	}
@@ -548,7 +543,7 @@ func (g *Gateway) retryTarget(ctx context.Context, f callmeta.Facts, failed *bac
 	if g.retry == nil || !deadline.CanFinish(ctx, expected+g.cfg.Deadline.Margin) {
 		return nil
 	}
-	b := g.backends.pick(failed, g.slotQueue(f))
+	b, _ := g.backends.pick(failed, g.slotQueue(f))
 	if b == nil {
 		return nil
 	}

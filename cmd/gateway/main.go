@@ -59,6 +59,7 @@ func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) 
 	fs.DurationVar(&cfg.Breaker.OpenFor, "breaker-open-for", cfg.Breaker.OpenFor, "base open time of a breaker (jittered up by half)")
 	fs.BoolVar(&cfg.Autopilot.Enabled, "autopilot", cfg.Autopilot.Enabled, "recovery autopilot on")
 	fs.DurationVar(&cfg.Autopilot.ClientTimeout, "client-timeout", cfg.Autopilot.ClientTimeout, "autopilot: how long a typical caller waits")
+	fs.BoolVar(&cfg.Unguarded, "unguarded", false, "turn every defence off: the lab's control fleet (levee storm) only, never production")
 	logJSON := fs.Bool("log-json", false, "log JSON instead of text")
 	if err := flagenv.Parse(fs, args, lookup); err != nil {
 		return cfg, false, err

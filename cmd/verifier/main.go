@@ -56,6 +56,7 @@ func run(args []string) error {
 	fs.StringVar(&cfg.RegistryTarget, "registry-target", cfg.RegistryTarget, "etcd naming target to register under (gateways dial etcd:///<target>)")
 	fs.DurationVar(&cfg.RegistryTTL, "registry-ttl", cfg.RegistryTTL, "registration lease TTL: a verifier that dies vanishes within it (whole seconds, at least 2s)")
 	fs.BoolVar(&cfg.EnableCapacityKnob, "enable-capacity-knob", false, "allow VerifierAdminService.SetCapacity (experiments only)")
+	fs.BoolVar(&cfg.Unguarded, "unguarded", false, "turn every overload defence off: the lab's control fleet (levee storm) only, never production")
 	resident := fs.Bool("resident-heap", true, "keep Argon2 memory resident between hashes (GOGC off, soft memory limit)")
 	logJSON := fs.Bool("log-json", false, "log JSON instead of text")
 	if err := flagenv.Parse(fs, args, nil); err != nil {

@@ -94,6 +94,7 @@ type backends struct {
 	wg      sync.WaitGroup // one per backend goroutine
 
 	snap atomic.Pointer[[]*backend]
+	rr   atomic.Uint64 // round-robin position of next
 }
 
 func newBackends(log *slog.Logger, static []string, newBrk func() *breaker.Breaker, retireFor time.Duration,
@@ -170,6 +171,19 @@ func (bs *backends) pick(exclude *backend, queue int64) (chosen *backend, servin
 		}
 	}
 	return nil, serving
+}
+
+// next returns the next eligible verifier in round-robin order, slots and
+// breakers aside (the unguarded gateway's balancing), or nil when none is.
+func (bs *backends) next() *backend {
+	list := bs.list()
+	start := bs.rr.Add(1)
+	for k := range uint64(len(list)) {
+		if b := list[(start+k)%uint64(len(list))]; b.eligible() {
+			return b
+		}
+	}
+	return nil
 }
 
 // Snapshot implements etcdwatch.Handler for the registration prefix.

@@ -75,6 +75,14 @@ type Config struct {
 	PushbackMin time.Duration
 	PushbackMax time.Duration
 
+	// Unguarded turns every defence off, making the gateway the plain proxy
+	// of the lab's control fleet (levee storm): each call goes to the next
+	// verifier whose health says SERVING, round robin, under the caller's
+	// own deadline (none added), with no admission, no deadline check, no
+	// breaker, no retry, no budget (BudgetTarget is ignored) and no
+	// autopilot. Never for production.
+	Unguarded bool
+
 	// ProbeInterval is how often the gateway checks the health of each
 	// verifier (gRPC health checking) besides watching its connection.
 	ProbeInterval time.Duration

@@ -169,7 +169,10 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: etcd: %w", err)
 		}
 	}
-	if cfg.BudgetTarget != "" {
+	if cfg.Unguarded {
+		g.log.Warn("unguarded: every defence is off (no admission, deadlines, breakers, retries or autopilot); for the lab's control fleet only")
+	}
+	if cfg.BudgetTarget != "" && !cfg.Unguarded {
 		bc := budget.DefaultConfig()
 		bc.Target = cfg.BudgetTarget
 		bc.Keys = []string{cfg.BudgetKey}
@@ -185,13 +188,17 @@ func New(cfg Config) (*Gateway, error) {
 		}
 	}
 
+	unary := []grpc.UnaryServerInterceptor{cfg.Deadline.UnaryServerInterceptor(), callmeta.UnaryServerInterceptor()}
+	stream := []grpc.StreamServerInterceptor{cfg.Deadline.StreamServerInterceptor(), g.streams.Interceptor()}
+	if cfg.Unguarded {
+		// A plain proxy neither refuses expired arrivals nor adds a
+		// default deadline.
+		unary, stream = unary[1:], stream[1:]
+	}
 	g.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
-		grpc.ChainUnaryInterceptor(
-			cfg.Deadline.UnaryServerInterceptor(),
-			callmeta.UnaryServerInterceptor(),
-		),
-		grpc.ChainStreamInterceptor(cfg.Deadline.StreamServerInterceptor(), g.streams.Interceptor()),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
 	)
 	verifyv1.RegisterVerifyServiceServer(g.grpc, g)
 	healthpb.RegisterHealthServer(g.grpc, g.health)
@@ -265,10 +272,12 @@ func (g *Gateway) Serve(ctx context.Context, lis, mlis net.Listener) error {
 		g.housekeep(gctx)
 		return nil
 	})
-	grp.Go(func() error {
-		g.auto.run(gctx)
-		return nil
-	})
+	if !g.cfg.Unguarded {
+		grp.Go(func() error {
+			g.auto.run(gctx)
+			return nil
+		})
+	}
 	grp.Go(func() error {
 		<-gctx.Done()
 		g.setServing(false)
@@ -411,6 +420,13 @@ type hopFunc func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...g
 // Verify implements VerifyService.Verify.
 func (g *Gateway) Verify(ctx context.Context, req *verifyv1.VerifyRequest) (*verifyv1.VerifyResponse, error) {
 	f := callmeta.FromContext(ctx)
+	if g.cfg.Unguarded {
+		var resp *verifyv1.VerifyResponse
+		return resp, g.forwardUnguarded(ctx, f, func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) (err error) {
+			resp, err = c.Verify(ctx, req, opts...)
+			return err
+		})
+	}
 	b, err := g.admit(ctx, f)
 	if err != nil {
 		return nil, err
@@ -444,6 +460,13 @@ func (g *Gateway) Verify(ctx context.Context, req *verifyv1.VerifyRequest) (*ver
 // Hash implements VerifyService.Hash.
 func (g *Gateway) Hash(ctx context.Context, req *verifyv1.HashRequest) (*verifyv1.HashResponse, error) {
 	f := callmeta.FromContext(ctx)
+	if g.cfg.Unguarded {
+		var resp *verifyv1.HashResponse
+		return resp, g.forwardUnguarded(ctx, f, func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) (err error) {
+			resp, err = c.Hash(ctx, req, opts...)
+			return err
+		})
+	}
 	b, err := g.admit(ctx, f)
 	if err != nil {
 		return nil, err
@@ -458,6 +481,30 @@ func (g *Gateway) Hash(ctx context.Context, req *verifyv1.HashRequest) (*verifyv
 		return err
 	})
 	return resp, err
+}
+
+// forwardUnguarded makes the one hop of an unguarded gateway (Config.Unguarded):
+// to the next serving verifier, under the caller's own context, the answer
+// passed back as it came.
+func (g *Gateway) forwardUnguarded(ctx context.Context, f callmeta.Facts, hop hopFunc) error {
+	b := g.backends.next()
+	if b == nil {
+		return errNoVerifier
+	}
+	p, a := classIndex(f)
+	g.metrics.admitted[p][a].Inc()
+	b.pending.Add(1)
+	err := hop(callmeta.AppendOutgoing(ctx, f), b.client)
+	b.pending.Add(-1)
+	switch {
+	case err != nil:
+		g.metrics.failed[p][a].Inc()
+	case ctx.Err() != nil:
+		g.metrics.late[p][a].Inc()
+	default:
+		g.metrics.goodput[p][a].Inc()
+	}
+	return err
 }
 
 // releaseAdmission ends an admitted call's hold on the limiter.

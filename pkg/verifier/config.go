@@ -87,6 +87,13 @@ type Config struct {
 	// EnableCapacityKnob allows VerifierAdminService.SetCapacity, which lowers
 	// the node's capacity on purpose for experiments. Off by default.
 	EnableCapacityKnob bool
+	// Unguarded turns every overload defence off, making the node the plain
+	// server of the lab's control fleet (levee storm): an unbounded FIFO
+	// queue (QueueCapacity, MaxQueueWait and LIFOAfter are ignored), no
+	// deadline checks at arrival or dequeue, and every queued hash computed
+	// even when its caller has left (workpool.Config.Unguarded). Never for
+	// production.
+	Unguarded bool
 
 	// Logger receives operational logs; nil means slog.Default().
 	Logger *slog.Logger

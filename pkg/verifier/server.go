@@ -48,6 +48,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -145,6 +146,7 @@ func New(cfg Config) (*Server, error) {
 		MaxQueueWait:  cfg.MaxQueueWait,
 		LIFOAfter:     cfg.LIFOAfter,
 		MemoryBudget:  budget,
+		Unguarded:     cfg.Unguarded,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("verifier: %w", err)
@@ -167,6 +169,9 @@ func New(cfg Config) (*Server, error) {
 	if maxHash := int64(cfg.Limits.MaxMemoryKiB) << 10; maxHash > budget {
 		s.log.Warn("stored hashes may ask for more memory than the budget holds; those are refused with FAILED_PRECONDITION",
 			"max_memory", ByteSize(maxHash).Approx(), "memory_budget", ByteSize(budget).Approx())
+	}
+	if cfg.Unguarded {
+		s.log.Warn("unguarded: every overload defence is off (unbounded FIFO queue, no deadline checks); for the lab's control fleet only")
 	}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
@@ -191,18 +196,20 @@ func New(cfg Config) (*Server, error) {
 	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 		grpcprom.WithHistogramBuckets(latencyBuckets)))
 	s.reg.MustRegister(grpcMetrics)
+	unary := []grpc.UnaryServerInterceptor{grpcMetrics.UnaryServerInterceptor(), cfg.Deadline.UnaryServerInterceptor(),
+		callmeta.UnaryServerInterceptor()}
+	stream := []grpc.StreamServerInterceptor{grpcMetrics.StreamServerInterceptor(), cfg.Deadline.StreamServerInterceptor(),
+		s.streams.Interceptor()}
+	if cfg.Unguarded {
+		// A plain server neither refuses expired arrivals nor adds a
+		// default deadline.
+		unary = slices.Delete(unary, 1, 2)
+		stream = slices.Delete(stream, 1, 2)
+	}
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
-		grpc.ChainUnaryInterceptor(
-			grpcMetrics.UnaryServerInterceptor(),
-			cfg.Deadline.UnaryServerInterceptor(),
-			callmeta.UnaryServerInterceptor(),
-		),
-		grpc.ChainStreamInterceptor(
-			grpcMetrics.StreamServerInterceptor(),
-			cfg.Deadline.StreamServerInterceptor(),
-			s.streams.Interceptor(),
-		),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
 		orca.CallMetricsServerOption(s.load),
 	)
 	verifyv1.RegisterVerifyServiceServer(s.grpc, s)

@@ -32,6 +32,9 @@
 //     memory of the queued jobs is below the active workers, that many jobs
 //     are expected to run at once, not the workers.
 //
+// Config.Unguarded turns every one of these defences off, for the lab's
+// control fleet (levee storm): see its doc.
+//
 // A Pool is safe for concurrent use. Its workers are started by New and
 // stopped, and waited for, by Close.
 package workpool
@@ -93,6 +96,16 @@ type Config struct {
 	MemoryBudget int64
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+
+	// Unguarded turns the pool into the plain server whose metastable
+	// failure Levee exists to prevent, so that the lab (levee storm) can
+	// show that failure beside a guarded fleet: no admission at arrival (the
+	// queue is unbounded, and MaxQueueWait and deadlines are ignored),
+	// strictly oldest first (no LIFO), and every queued job runs, even after
+	// its deadline passed or its caller left: Submit waits for it whatever
+	// ctx does. Only draining, closing and ErrTooBig still refuse. Never for
+	// production.
+	Unguarded bool
 }
 
 // Validate reports the first invalid field.
@@ -233,6 +246,10 @@ func (p *Pool) Submit(ctx context.Context, cost time.Duration, mem int64, fn fun
 	p.work.Signal()
 	p.mu.Unlock()
 
+	if p.cfg.Unguarded {
+		<-j.done // a plain server finishes what it queued, caller or not
+		return j.res, j.err
+	}
 	select {
 	case <-j.done:
 		return j.res, j.err
@@ -262,6 +279,8 @@ func (p *Pool) admitLocked(ctx context.Context, now time.Time, cost time.Duratio
 		return ErrDraining
 	case p.cfg.MemoryBudget > 0 && mem > p.cfg.MemoryBudget:
 		return ErrTooBig
+	case p.cfg.Unguarded:
+		return nil
 	case p.queued >= p.cfg.QueueCapacity:
 		return ErrQueueFull
 	}
@@ -351,7 +370,7 @@ func (p *Pool) pickLocked(now time.Time) *job {
 	if p.head == nil {
 		return nil
 	}
-	if !p.lifo && now.Sub(p.head.enqueued) > p.cfg.LIFOAfter {
+	if !p.lifo && !p.cfg.Unguarded && now.Sub(p.head.enqueued) > p.cfg.LIFOAfter {
 		p.lifo = true
 	}
 	var blocked *job // the first job passed over for memory
@@ -405,6 +424,9 @@ func (p *Pool) fitsLocked(j *job) bool {
 // expiredLocked reports whether j's remaining deadline is shorter than its
 // expected cost under the slowdown in force.
 func (p *Pool) expiredLocked(j *job, now time.Time) bool {
+	if p.cfg.Unguarded {
+		return false
+	}
 	dl, ok := j.ctx.Deadline()
 	return ok && dl.Sub(now) < time.Duration(float64(j.cost)*p.slowdown)
 }
@@ -435,7 +457,7 @@ func (p *Pool) worker(idx int) {
 			// can drop expired jobs, which lifts a block on those behind.
 			p.work.Signal()
 		}
-		if j.ctx.Err() != nil {
+		if j.ctx.Err() != nil && !p.cfg.Unguarded {
 			j.err = ErrCancelled
 			p.finishLocked(j)
 			p.mu.Unlock()

@@ -6,6 +6,8 @@
 //	                                 the gateways' runtime settings (clamp, ...)
 //	levee calibrate -target 250ms -concurrency 2 -memory-budget 512MiB
 //	                                 Argon2id parameters for this machine
+//	levee storm    [flags]           the lab: drive a fleet through a failure
+//	levee etcd     [flags]           a single-member embedded etcd (labs, development)
 //
 // Flags can also be set through the environment: -etcd is LEVEE_ETCD.
 package main
@@ -51,6 +53,12 @@ commands:
              with as many hashes at once as the verifier has workers, and
              print the verifier flags:
                levee calibrate -target 250ms -concurrency 2 -memory-budget 512MiB
+  storm      the lab: start a fleet (and its unguarded control) as separate
+             processes, load it, trigger a failure, and report whether it
+             came back (levee storm -h; docs/lab.md)
+  etcd       run a single-member etcd in this process, nothing to install
+             (what levee storm starts for its fleets):
+               levee etcd -data-dir levee.etcd -client-url http://127.0.0.1:2379
 `
 
 func main() {
@@ -79,6 +87,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return settingsCmd(ctx, args[1:], stdout, stderr)
 	case "calibrate":
 		return calibrateCmd(ctx, args[1:], stdout, stderr)
+	case "storm":
+		return stormCmd(ctx, args[1:], stdout, stderr)
+	case "etcd":
+		return etcdCmd(ctx, args[1:], stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -133,6 +145,34 @@ const (
 	exampleHash        = "$argon2id$v=19$m=65536,t=3,p=4$bGV2ZWUtZXhhbXBsZS1zYWx0$JBG2wCja7dk6LFpIxQhqDoo0phNBP4J1yZeJ9iQCx2g"
 	examplePasswordB64 = "Y29ycmVjdCBob3JzZSBiYXR0ZXJ5IHN0YXBsZQ=="
 )
+
+// etcdCmd runs an embedded single-member etcd until ctx ends.
+func etcdCmd(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg := fleet.DefaultConfig().Etcd
+	fs := flag.NewFlagSet("levee etcd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.DataDir, "data-dir", "levee.etcd", "data directory")
+	fs.StringVar(&cfg.ClientURL, "client-url", cfg.ClientURL, "client URL (http://host:port) to listen on and advertise")
+	fs.StringVar(&cfg.PeerURL, "peer-url", cfg.PeerURL, "peer URL to listen on and advertise")
+	fs.StringVar(&cfg.Name, "name", cfg.Name, "member name")
+	level := fs.String("log-level", "error", "least severe etcd log shown: debug, info, warn, error")
+	if err := flagenv.Parse(fs, args, nil); err != nil {
+		return err
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("etcd: -log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	e, err := budgetd.StartEmbeddedEtcd(cfg, log, lv)
+	if err != nil {
+		return err
+	}
+	log.Info("etcd serving", "endpoints", strings.Join(e.Endpoints(), ","), "data_dir", cfg.DataDir)
+	<-ctx.Done()
+	e.Close()
+	return nil
+}
 
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("levee status", flag.ContinueOnError)

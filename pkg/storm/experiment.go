@@ -1,0 +1,244 @@
+package storm
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/leveehq/levee/pkg/verify"
+)
+
+// Experiment is one run against one fleet: a base load, one trigger after
+// a baseline, and a watch after it.
+type Experiment struct {
+	// Load is the offered load in logical requests per second, as a
+	// fraction of the fleet's measured capacity.
+	Load float64
+	// Warmup runs the load before the baseline; it is not judged.
+	Warmup time.Duration
+	// Baseline is the healthy span the verdict compares with.
+	Baseline time.Duration
+	// Trigger starts when the baseline ends.
+	Trigger Trigger
+	// After is how long the load runs once the trigger has ended.
+	After time.Duration
+	// AfterWindow is the final span of arrivals "goodput after" averages.
+	AfterWindow time.Duration
+	// Profile, when set, replaces the constant Load: the offered load at
+	// t since the start, as a fraction of capacity (the triangle ramp).
+	Profile func(t time.Duration) float64
+	// Seed seeds the arrivals and the choice of population and priority.
+	Seed uint64
+}
+
+// DefaultExperiment is the seed's scenario at 0.7 of capacity: a 5 s
+// warm-up, a 15 s baseline, the default trigger (every verifier stopped
+// 10 s), then 30 s of watching, the last 10 s of it judged.
+func DefaultExperiment() Experiment {
+	return Experiment{Load: 0.7, Warmup: 5 * time.Second, Baseline: 15 * time.Second, Trigger: DefaultTrigger(),
+		After: 30 * time.Second, AfterWindow: 10 * time.Second, Seed: 1}
+}
+
+// Validate reports every invalid field.
+func (e Experiment) Validate() error {
+	var errs []error
+	if e.Profile == nil && !(e.Load > 0 && e.Load <= 100) {
+		errs = append(errs, fmt.Errorf("experiment: load must be in (0, 100] × capacity, got %v", e.Load))
+	}
+	if e.Warmup < 0 || e.Baseline < 2*time.Second || e.After < 0 || e.AfterWindow < 0 {
+		errs = append(errs, fmt.Errorf("experiment: want warmup ≥ 0, baseline ≥ 2s, after and its window ≥ 0; got %v, %v, %v, %v",
+			e.Warmup, e.Baseline, e.After, e.AfterWindow))
+	}
+	if e.Trigger.Kind != None && e.After < recoveryWindow*time.Second {
+		errs = append(errs, fmt.Errorf("experiment: after must be at least %ds to judge recovery, got %v", recoveryWindow, e.After))
+	}
+	if e.total() > 4*time.Hour {
+		errs = append(errs, fmt.Errorf("experiment: %v is longer than 4h", e.total()))
+	}
+	if err := e.Trigger.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (e Experiment) triggerDuration() time.Duration {
+	if e.Trigger.Kind == None {
+		return 0
+	}
+	return e.Trigger.Duration
+}
+
+func (e Experiment) total() time.Duration {
+	return e.Warmup + e.Baseline + e.triggerDuration() + e.After
+}
+
+// rate is the offered load at t in logical requests per second.
+func (e Experiment) rate(capacity float64) func(time.Duration) float64 {
+	start := e.Warmup + e.Baseline
+	end := start + e.triggerDuration()
+	return func(t time.Duration) float64 {
+		if e.Profile != nil {
+			return e.Profile(t) * capacity
+		}
+		r := e.Load * capacity
+		if t >= start && t < end {
+			r *= e.Trigger.loadFactor()
+		}
+		return r
+	}
+}
+
+// Result is one experiment's record.
+type Result struct {
+	Fleet      string
+	Experiment Experiment
+	// Capacity is the fleet's measured capacity C, logical requests per
+	// second, that Load is a fraction of.
+	Capacity float64
+	Series   *Series
+	Verdict  Verdict
+	// Spans are the judged windows in seconds since the start.
+	Base, Trig, Obs window
+}
+
+// newRequest makes the lab's stored hash: a fresh Argon2id hash of a fixed
+// password under params, so that verifying it costs what the fleet's own
+// policy hashes cost and never needs a rehash.
+func newRequest(params verify.Params) (request, error) {
+	v, err := verify.New(verify.Policy{Params: params, SaltLen: 16, KeyLen: 32}, verify.DefaultLimits())
+	if err != nil {
+		return request{}, fmt.Errorf("storm: hash parameters: %w", err)
+	}
+	pw := []byte("levee storm: correct horse battery staple")
+	h, err := v.HashPassword(pw, rand.Reader)
+	if err != nil {
+		return request{}, fmt.Errorf("storm: %w", err)
+	}
+	return request{hash: h.String(), password: pw}, nil
+}
+
+// runExperiment runs e against f at capacity (C, logical requests per
+// second) with the clients, and judges it. The trigger is undone before it
+// returns, whatever happened.
+func runExperiment(ctx context.Context, f *Fleet, clients Clients, q request, capacity float64, e Experiment, log *slog.Logger) (*Result, error) {
+	if err := e.Validate(); err != nil {
+		return nil, err
+	}
+	if f.Target == "" {
+		return nil, errNoTarget
+	}
+	total := e.total()
+	// Room after the load for the last arrivals to end.
+	secs := int(math.Ceil((total + clients.patience()).Seconds())) + 2
+	start := time.Now().Add(200 * time.Millisecond).Truncate(time.Millisecond)
+	s := newSeries(start, secs)
+	pop, err := newPopulation(clients, q, f.Target, f.Budgetd, s, log)
+	if err != nil {
+		return nil, err
+	}
+	defer pop.close()
+
+	base := window{int(e.Warmup / time.Second), int((e.Warmup + e.Baseline) / time.Second)}
+	trig := window{base.to, base.to + int(math.Ceil(e.triggerDuration().Seconds()))}
+	obs := window{trig.to, int(math.Ceil(total.Seconds()))}
+	for i := range secs {
+		phase := "drain"
+		switch {
+		case i < base.from:
+			phase = "warmup"
+		case i < base.to:
+			phase = "baseline"
+		case i < trig.to:
+			phase = "trigger"
+		case i < obs.to:
+			phase = "after"
+		}
+		s.setPhase(i, phase)
+	}
+
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	scrapeDone := make(chan struct{})
+	keys := []string{clients.Levee.BudgetKey, "gateway"}
+	wg.Add(1)
+	go func() { // once a second, the fleet's metrics
+		defer wg.Done()
+		sc := newScraper(f, keys)
+		sc.read(rctx, 400*time.Millisecond) // the first read only sets the counters' zero
+		for i := 0; i < secs; i++ {
+			wait := time.Until(start.Add(time.Duration(i+1) * time.Second))
+			t := time.NewTimer(wait)
+			select {
+			case <-rctx.Done():
+				t.Stop()
+				return
+			case <-scrapeDone:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			s.setScraped(i, sc.read(rctx, 400*time.Millisecond))
+		}
+	}()
+
+	var trigErr error
+	if e.Trigger.Kind != None {
+		wg.Add(1)
+		go func() { // the trigger, on schedule, always undone
+			defer wg.Done()
+			at := start.Add(time.Duration(trig.from) * time.Second)
+			t := time.NewTimer(time.Until(at))
+			defer t.Stop()
+			select {
+			case <-rctx.Done():
+				return
+			case <-t.C:
+			}
+			log.Info("trigger on", "fleet", f.Name, "trigger", e.Trigger.String())
+			undo, err := e.Trigger.begin(rctx, f)
+			if err != nil {
+				trigErr = err
+				cancel()
+				return
+			}
+			t.Reset(time.Until(at.Add(e.Trigger.Duration)))
+			select {
+			case <-rctx.Done():
+			case <-t.C:
+			}
+			uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer ucancel()
+			if err := undo(uctx); err != nil {
+				trigErr = fmt.Errorf("storm: undoing the trigger: %w", err)
+				cancel()
+			}
+			log.Info("trigger off", "fleet", f.Name)
+		}()
+	}
+
+	if wait := time.Until(start); wait > 0 {
+		time.Sleep(wait)
+	}
+	rng := mrand.New(mrand.NewPCG(e.Seed, 0x73746f726d))
+	pop.drive(rctx, rng, e.rate(capacity), total)
+	close(scrapeDone)
+	cancel()
+	wg.Wait()
+	if trigErr != nil {
+		return nil, trigErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	afterWindow := int(e.AfterWindow / time.Second)
+	res := &Result{Fleet: f.Name, Experiment: e, Capacity: capacity, Series: s, Base: base, Trig: trig, Obs: obs}
+	res.Verdict = judge(s, base, trig, obs, afterWindow)
+	return res, nil
+}

@@ -1,0 +1,180 @@
+package storm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/leveehq/levee/pkg/budgetd"
+)
+
+// Role is what a fleet member does.
+type Role string
+
+// The roles of a Levee fleet.
+const (
+	RoleEtcd     Role = "etcd"
+	RoleBudgetd  Role = "budgetd"
+	RoleVerifier Role = "verifier"
+	RoleGateway  Role = "gateway"
+)
+
+// Fleet is a running fleet under test: where its clients call, and the
+// members triggers act on and metrics come from.
+type Fleet struct {
+	// Name labels the fleet in reports: "levee", "control" or "target".
+	Name string
+	// Target is the gRPC address of the Verify service the clients call.
+	Target string
+	// Budgetd is the budgetd target the levee population leases retry
+	// tokens from; empty when the fleet has none (its levee clients then
+	// never retry).
+	Budgetd string
+	// Members are the fleet's processes or containers, in start order.
+	Members []*Member
+
+	close func() error
+}
+
+// Close stops the fleet and waits for it: every member is resumed, lifted of
+// any CPU cut and stopped. It is safe to call more than once.
+func (f *Fleet) Close() error {
+	if f.close == nil {
+		return nil
+	}
+	c := f.close
+	f.close = nil
+	return c()
+}
+
+// Member is one process or container of a fleet.
+type Member struct {
+	// Name is unique in the fleet: "verifier-1", "budgetd-2", "etcd-1".
+	Name string
+	Role Role
+	// Addr is its gRPC address as the lab reaches it ("" if none).
+	Addr string
+	// Metrics is its Prometheus URL as the lab reaches it ("" if none).
+	Metrics string
+
+	advertised string // the address the fleet knows it by, when not Addr
+	ctl        controller
+}
+
+// controller acts on one member: a local process or a container.
+type controller interface {
+	// pause stops the member without its knowledge (SIGSTOP, docker
+	// pause); resume undoes it.
+	pause() error
+	resume() error
+	// kill ends the member at once (SIGKILL, docker kill); restart starts
+	// it again, with its old identity, and waits until it serves.
+	kill() error
+	restart(ctx context.Context) error
+	// limitCPU caps the CPU the member may use, in cores; 0 lifts the cap.
+	limitCPU(cores float64) error
+}
+
+// errNoControl is returned by triggers on members the lab cannot act on
+// (a -target fleet's).
+var errNoControl = errors.New("storm: the lab cannot act on this member (a -target fleet is only called)")
+
+func (m *Member) control() (controller, error) {
+	if m.ctl == nil {
+		return nil, fmt.Errorf("%s: %w", m.Name, errNoControl)
+	}
+	return m.ctl, nil
+}
+
+// byRole returns the members of role r.
+func (f *Fleet) byRole(r Role) []*Member {
+	var out []*Member
+	for _, m := range f.Members {
+		if m.Role == r {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Select resolves a member selector: a role in the plural ("verifiers",
+// "budgetds", "etcds", "gateways"), "all", "budgetd-leader" (the budgetd
+// replica leading now), "etcd-majority" (enough etcd members to lose the
+// quorum), or member names joined by '+' ("verifier-1+verifier-2").
+func (f *Fleet) Select(ctx context.Context, sel string) ([]*Member, error) {
+	var out []*Member
+	switch sel {
+	case "all":
+		out = append(out, f.Members...)
+	case "verifiers", "budgetds", "etcds", "gateways":
+		out = f.byRole(Role(strings.TrimSuffix(sel, "s")))
+	case "budgetd-leader":
+		m, err := f.budgetdLeader(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = []*Member{m}
+	case "etcd-majority":
+		// A quorum is a majority: lose n/2+1 of n and none is left.
+		if etcds := f.byRole(RoleEtcd); len(etcds) > 0 {
+			out = etcds[len(etcds)-(len(etcds)/2+1):]
+		}
+	default:
+		for _, name := range strings.Split(sel, "+") {
+			i := slices.IndexFunc(f.Members, func(m *Member) bool { return m.Name == name })
+			if i < 0 {
+				return nil, fmt.Errorf("storm: no member %q in the %s fleet (members: %s)", truncate(name), f.Name, f.names())
+			}
+			out = append(out, f.Members[i])
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("storm: %q selects no member of the %s fleet (members: %s)", truncate(sel), f.Name, f.names())
+	}
+	return out, nil
+}
+
+func (f *Fleet) names() string {
+	var ns []string
+	for _, m := range f.Members {
+		ns = append(ns, m.Name)
+	}
+	return strings.Join(ns, ", ")
+}
+
+// budgetdLeader asks any budgetd replica which one leads.
+func (f *Fleet) budgetdLeader(ctx context.Context) (*Member, error) {
+	bs := f.byRole(RoleBudgetd)
+	var errs []error
+	for _, b := range bs {
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		leader, err := leaderOf(qctx, b.Addr)
+		cancel()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, c := range bs {
+			if c.Addr == leader || c.advertised == leader {
+				return c, nil
+			}
+		}
+		errs = append(errs, fmt.Errorf("budgetd says the leader is %q, which is no member of the fleet", leader))
+	}
+	return nil, fmt.Errorf("storm: no budgetd leader: %w", errors.Join(errs...))
+}
+
+// leaderOf asks the budgetd replica at addr for the leader's address.
+func leaderOf(ctx context.Context, addr string) (string, error) {
+	resp, err := budgetd.QueryStatus(ctx, addr, "")
+	if err != nil {
+		return "", err
+	}
+	if resp.GetLeader() == "" {
+		return "", fmt.Errorf("budgetd %s knows no leader", addr)
+	}
+	return resp.GetLeader(), nil
+}

@@ -1,0 +1,370 @@
+package storm
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/leveehq/levee/pkg/budgetd"
+)
+
+// Scraped column names the verdicts and plots read.
+const (
+	colWasted      = "wasted"
+	colQueueP50    = "queue_wait_p50_ms"
+	colQueueP99    = "queue_wait_p99_ms"
+	colLabCPU      = "lab_cpu"
+	colLimit       = "gw_limit"
+	colBreakerOpen = "gw_breakers_open"
+)
+
+// httpClient reads metrics pages: a fresh connection each time, so that
+// none is left open when the lab is done (a paused member's would hang).
+var httpClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+// maxMetricsBody bounds what the lab reads of one /metrics page.
+const maxMetricsBody = 8 << 20
+
+// fetchMetrics reads a Prometheus text page.
+func fetchMetrics(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "text/plain")
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(io.LimitReader(resp.Body, maxMetricsBody))
+}
+
+// sumOf sums the samples of metric name whose labels include labels:
+// counters and gauges by value, histograms by count.
+func sumOf(mfs map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+	mf, ok := mfs[name]
+	if !ok {
+		return math.NaN()
+	}
+	var sum float64
+	for _, m := range mf.GetMetric() {
+		if !hasLabels(m, labels) {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			sum += m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			sum += m.GetGauge().GetValue()
+		case m.Untyped != nil:
+			sum += m.GetUntyped().GetValue()
+		case m.Histogram != nil:
+			sum += float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return sum
+}
+
+func hasLabels(m *dto.Metric, want map[string]string) bool {
+	for k, v := range want {
+		found := false
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == k && lp.GetValue() == v {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// countWhere counts the samples of gauge name equal to v (none when the
+// gauge has no series at all).
+func countWhere(mfs map[string]*dto.MetricFamily, name string, v float64) float64 {
+	mf := mfs[name]
+	n := 0.0
+	for _, m := range mf.GetMetric() {
+		if m.GetGauge().GetValue() == v {
+			n++
+		}
+	}
+	return n
+}
+
+// buckets merges the cumulative buckets of histogram name (every series):
+// upper bound → count.
+func buckets(mfs map[string]*dto.MetricFamily, name string) map[float64]float64 {
+	mf, ok := mfs[name]
+	if !ok {
+		return nil
+	}
+	out := map[float64]float64{}
+	for _, m := range mf.GetMetric() {
+		inf := false
+		for _, b := range m.GetHistogram().GetBucket() {
+			out[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+			inf = inf || math.IsInf(b.GetUpperBound(), 1)
+		}
+		if !inf { // the text format lists +Inf; the protobuf one need not
+			out[math.Inf(1)] += float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return out
+}
+
+// quantile of cumulative bucket counts (upper bound → count), linearly
+// interpolated within a bucket as Prometheus' histogram_quantile does; NaN
+// when empty.
+func quantile(q float64, cum map[float64]float64) float64 {
+	bounds := make([]float64, 0, len(cum))
+	for b := range cum {
+		bounds = append(bounds, b)
+	}
+	sort.Float64s(bounds)
+	if len(bounds) == 0 {
+		return math.NaN()
+	}
+	total := cum[bounds[len(bounds)-1]]
+	if total <= 0 {
+		return math.NaN()
+	}
+	rank := q * total
+	lo, below := 0.0, 0.0
+	for _, b := range bounds {
+		c := cum[b]
+		if c >= rank {
+			if math.IsInf(b, 1) {
+				return lo // beyond the last finite bound: report it
+			}
+			if c == below {
+				return b
+			}
+			return lo + (b-lo)*(rank-below)/(c-below)
+		}
+		lo, below = b, c
+	}
+	return lo
+}
+
+// scraper reads every member's metrics once a second and turns them into
+// per-second columns: gauges as read, counters as the change since the last
+// read, histograms as quantiles of the change.
+type scraper struct {
+	f    *Fleet
+	keys []string // budget keys to show the tokens of
+
+	prev     map[string]map[string]float64             // member → counter → last value
+	prevHist map[string]map[string]map[float64]float64 // member → histogram → buckets
+	prevCPU  time.Duration
+	prevAt   time.Time
+}
+
+func newScraper(f *Fleet, keys []string) *scraper {
+	return &scraper{f: f, keys: keys, prev: map[string]map[string]float64{},
+		prevHist: map[string]map[string]map[float64]float64{}}
+}
+
+// prefix is a member's short column prefix: gw, v1, b2, e1.
+func prefix(m *Member) string {
+	n := m.Name[strings.LastIndexByte(m.Name, '-')+1:]
+	switch m.Role {
+	case RoleGateway:
+		if n == "1" {
+			return "gw"
+		}
+		return "gw" + n
+	case RoleVerifier:
+		return "v" + n
+	case RoleBudgetd:
+		return "b" + n
+	}
+	return "e" + n
+}
+
+// delta returns the increase of counter key of member since the last read
+// (a restarted process starts again from zero), or NaN on the first read.
+func (sc *scraper) delta(member, key string, v float64) float64 {
+	pm := sc.prev[member]
+	if pm == nil {
+		pm = map[string]float64{}
+		sc.prev[member] = pm
+	}
+	old, ok := pm[key]
+	pm[key] = v
+	if !ok || math.IsNaN(v) {
+		return math.NaN()
+	}
+	if v < old {
+		return v
+	}
+	return v - old
+}
+
+func (sc *scraper) histDelta(member, key string, cum map[float64]float64) map[float64]float64 {
+	pm := sc.prevHist[member]
+	if pm == nil {
+		pm = map[string]map[float64]float64{}
+		sc.prevHist[member] = pm
+	}
+	old, ok := pm[key]
+	pm[key] = cum
+	if !ok || cum == nil {
+		return nil
+	}
+	out := map[float64]float64{}
+	for b, c := range cum {
+		d := c - old[b]
+		if d < 0 { // restarted
+			d = c
+		}
+		out[b] = d
+	}
+	return out
+}
+
+// read scrapes every member at once (each bounded by timeout: a paused
+// member answers nothing, and its columns are left empty) and returns the
+// columns of the second just ended.
+func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]float64 {
+	type page struct {
+		m   *Member
+		mfs map[string]*dto.MetricFamily
+	}
+	var mu sync.Mutex
+	var pages []page
+	var wg sync.WaitGroup
+	for _, m := range sc.f.Members {
+		if m.Metrics == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			if mfs, err := fetchMetrics(cctx, m.Metrics); err == nil {
+				mu.Lock()
+				pages = append(pages, page{m, mfs})
+				mu.Unlock()
+			}
+		}()
+	}
+	tokens := map[string]float64{}
+	if bs := sc.f.byRole(RoleBudgetd); len(bs) > 0 && len(sc.keys) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, b := range bs {
+				cctx, cancel := context.WithTimeout(ctx, timeout)
+				resp, err := budgetd.QueryStatus(cctx, b.Addr, "")
+				cancel()
+				if err != nil {
+					continue
+				}
+				for _, st := range resp.GetBudgets() {
+					mu.Lock()
+					tokens[st.GetKey()] = st.GetTokensAvailable()
+					mu.Unlock()
+				}
+				return
+			}
+		}()
+	}
+	wg.Wait()
+
+	now := time.Now()
+	out := map[string]float64{}
+	if cpu := selfCPU(); !sc.prevAt.IsZero() {
+		out[colLabCPU] = (cpu - sc.prevCPU).Seconds() / now.Sub(sc.prevAt).Seconds()
+		sc.prevCPU, sc.prevAt = cpu, now
+	} else {
+		sc.prevCPU, sc.prevAt = cpu, now
+	}
+	for _, k := range sc.keys {
+		if v, ok := tokens[k]; ok {
+			out["budget_tokens_"+k] = v
+		}
+	}
+	sort.Slice(pages, func(i, j int) bool { return pages[i].m.Name < pages[j].m.Name })
+	queue := map[float64]float64{}
+	wasted, anyVerifier := 0.0, false
+	for _, p := range pages {
+		pre, name, mfs := prefix(p.m), p.m.Name, p.mfs
+		set := func(col string, v float64) {
+			if !math.IsNaN(v) {
+				out[col] = v
+			}
+		}
+		set(pre+"_cpu", sc.delta(name, "cpu", sumOf(mfs, "process_cpu_seconds_total", nil)))
+		switch p.m.Role {
+		case RoleGateway:
+			set(pre+"_limit", sumOf(mfs, "levee_gateway_limit", nil))
+			set(pre+"_inflight", sumOf(mfs, "levee_gateway_inflight", nil))
+			set(pre+"_admitted", sc.delta(name, "admitted", sumOf(mfs, "levee_gateway_admitted_total", nil)))
+			set(pre+"_refused", sc.delta(name, "refused", sumOf(mfs, "levee_gateway_refused_total", nil)))
+			set(pre+"_breakers_open", countWhere(mfs, "levee_gateway_verifier_breaker_state", 2))
+			set(pre+"_breakers_half_open", countWhere(mfs, "levee_gateway_verifier_breaker_state", 1))
+			set(pre+"_autopilot", sumOf(mfs, "levee_gateway_autopilot_engaged", nil))
+			set(pre+"_fleet_retries", sc.delta(name, "fleet_retries", sumOf(mfs, "levee_gateway_fleet_retries_total", nil)))
+		case RoleVerifier:
+			anyVerifier = true
+			set(pre+"_expected_ms", 1000*sumOf(mfs, "levee_verifier_expected_service_seconds", nil))
+			set(pre+"_queue", sumOf(mfs, "levee_verifier_queue_length", nil))
+			arrived := sc.delta(name, "attempts", sumOf(mfs, "levee_verifier_attempts_total", nil))
+			dropped := sc.delta(name, "dropped", sumOf(mfs, "levee_verifier_dropped_total", nil))
+			set(pre+"_arrivals", arrived)
+			if arrived > 0 {
+				set(pre+"_refusal_rate", dropped/arrived)
+			} else if arrived == 0 {
+				set(pre+"_refusal_rate", 0)
+			}
+			if late := sc.delta(name, "late", sumOf(mfs, "levee_verifier_late_total", nil)); !math.IsNaN(late) {
+				wasted += late
+				set(pre+"_late", late)
+			}
+			for b, c := range sc.histDelta(name, "queue_wait", buckets(mfs, "levee_verifier_queue_wait_seconds")) {
+				queue[b] += c
+			}
+		case RoleBudgetd:
+			set(pre+"_leader", sumOf(mfs, "levee_budgetd_is_leader", nil))
+		}
+	}
+	if anyVerifier {
+		out[colWasted] = wasted
+		if q := quantile(0.5, queue); !math.IsNaN(q) {
+			out[colQueueP50] = 1000 * q
+		}
+		if q := quantile(0.99, queue); !math.IsNaN(q) {
+			out[colQueueP99] = 1000 * q
+		}
+	}
+	return out
+}
+
+// selfCPU is the CPU time this process (the lab: load generator and
+// scraper) has used.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -1,0 +1,276 @@
+// Package storm is Levee's lab. It drives a real fleet — separate processes
+// on this machine, the compose fleet, or any Verify service — through the
+// triggers of a metastable failure (a stall, a CPU cut, lost capacity, a
+// crash, a load spike) under open-loop client populations, and says, per
+// second and as verdicts, whether the fleet came back once the trigger was
+// gone. A control fleet, built from the same binaries with every defence off
+// (-unguarded), runs the same experiment: a lab that cannot make the control
+// fail cannot be trusted when it says Levee did not.
+//
+// What the lab promises:
+//
+//   - Real parts: every fleet member is its own process (or container);
+//     triggers are real signals, cgroup CPU quotas and the verifiers' own
+//     capacity knob, and every call is real gRPC over loopback with real
+//     Argon2.
+//   - Open loop: arrivals are a Poisson process at the experiment's rate,
+//     whatever the fleet answers; a slow fleet is offered what a fast one
+//     is. Only the capacity measurement is closed-loop (it asks what the
+//     fleet does when it always has work).
+//   - Loads are fractions of the capacity C measured at the start of each
+//     experiment on the fleet under test.
+//   - Every logical request is counted once, by the second it arrived and by
+//     the second it ended; every attempt by the second it was sent and the
+//     code it ended with. Verdicts are computed from those counts (see
+//     Verdict); nothing is judged by a single sample.
+//   - A trigger is always undone — resumed, restarted, lifted — before the
+//     experiment returns, even when it is cancelled; members die with the
+//     lab.
+//   - The lab's own CPU is in every series (lab_cpu): on a small machine the
+//     load generator competes with the fleet it measures.
+package storm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+)
+
+// Mode is what Run does.
+type Mode string
+
+// The modes.
+const (
+	// Single runs Config.Experiment once against each fleet.
+	Single Mode = "run"
+	// GridMode runs Config.Grid: trigger kinds × durations × loads × seeds
+	// against each fleet, each cell on a freshly started fleet.
+	GridMode Mode = "grid"
+	// RampMode runs Config.Ramp's triangle of load against each fleet.
+	RampMode Mode = "ramp"
+)
+
+// Source is where the fleets come from.
+type Source string
+
+// The sources.
+const (
+	// Local starts the fleets as processes on this machine (StartLocal).
+	Local Source = "local"
+	// Target calls a running Verify service; triggers can only spike it.
+	Target Source = "target"
+)
+
+// Config configures Run. Start from DefaultConfig.
+type Config struct {
+	Mode   Mode
+	Source Source
+	// Fleets lists the fleets to run, in order: "levee" and "control" for
+	// a local source; ignored for a target.
+	Fleets []string
+	// Target is the Verify address of a Target source, and TargetMetrics
+	// the /metrics URLs to scrape there (optional).
+	Target        string
+	TargetMetrics []string
+
+	Local      LocalConfig
+	Clients    Clients
+	Capacity   CapacityConfig
+	Experiment Experiment
+	Grid       Grid
+
+	// Out, when set, is the directory the report is written to: a CSV of
+	// each run's seconds, summary.csv, report.md and the plots.
+	Out string
+	// Command is how the report was made, quoted in report.md.
+	Command string
+	// Logger receives the lab's progress (nil: slog.Default()); Progress
+	// (if set) one line per finished experiment.
+	Logger   *slog.Logger
+	Progress io.Writer
+}
+
+// DefaultConfig is one default experiment against the local Levee fleet and
+// its control.
+func DefaultConfig() Config {
+	return Config{
+		Mode:       Single,
+		Source:     Local,
+		Fleets:     []string{"levee", "control"},
+		Local:      DefaultLocal(),
+		Clients:    DefaultClients(),
+		Capacity:   DefaultCapacity(),
+		Experiment: DefaultExperiment(),
+		Grid:       DefaultGrid(),
+	}
+}
+
+// Validate reports every invalid field.
+func (c Config) Validate() error {
+	var errs []error
+	switch c.Mode {
+	case Single:
+		errs = append(errs, c.Experiment.Validate())
+	case GridMode:
+		errs = append(errs, c.Grid.Validate())
+	default:
+		errs = append(errs, fmt.Errorf("storm: unknown mode %q", c.Mode))
+	}
+	switch c.Source {
+	case Local:
+		errs = append(errs, c.Local.Validate())
+		if len(c.Fleets) == 0 {
+			errs = append(errs, errors.New("storm: no fleet to run (want levee, control or both)"))
+		}
+		for _, f := range c.Fleets {
+			if f != "levee" && f != "control" {
+				errs = append(errs, fmt.Errorf("storm: unknown fleet %q (want levee or control)", truncate(f)))
+			}
+		}
+	case Target:
+		if c.Target == "" {
+			errs = append(errs, errors.New("storm: a target source needs a Target address"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("storm: unknown fleet source %q (want local or target)", c.Source))
+	}
+	errs = append(errs, c.Clients.Validate(), c.Capacity.Validate())
+	return errors.Join(errs...)
+}
+
+// Report is what Run found.
+type Report struct {
+	Results []*Result
+	// Files are the paths written under Config.Out.
+	Files []string
+}
+
+// Run runs the configured experiments, writes the report if Config.Out is
+// set, and returns it. Fleets are started and stopped by Run (one at a time:
+// two fleets on one small machine would measure each other).
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Local.Logger == nil {
+		cfg.Local.Logger = cfg.Logger
+	}
+	q, err := newRequest(cfg.Local.Params)
+	if err != nil {
+		return nil, err
+	}
+	var exps []Experiment
+	switch cfg.Mode {
+	case Single:
+		exps = []Experiment{cfg.Experiment}
+	case GridMode:
+		exps = cfg.Grid.cells(cfg.Experiment)
+	}
+	fleets := cfg.Fleets
+	if cfg.Source == Target {
+		fleets = []string{"target"}
+	}
+	rep := &Report{}
+	for i, e := range exps {
+		for _, name := range fleets {
+			res, err := runOne(ctx, cfg, name, q, e)
+			if err != nil {
+				return rep, fmt.Errorf("storm: %s fleet, %s at %.2f C: %w", name, e.Trigger, e.Load, err)
+			}
+			rep.Results = append(rep.Results, res)
+			if cfg.Progress != nil {
+				fmt.Fprintf(cfg.Progress, "[%d/%d] %s\n", i+1, len(exps), summaryLine(res))
+			}
+		}
+	}
+	if cfg.Out != "" {
+		if err := rep.write(cfg.Out, cfg); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// runOne starts the named fleet, measures it, runs e and stops the fleet.
+func runOne(ctx context.Context, cfg Config, name string, q request, e Experiment) (_ *Result, err error) {
+	var f *Fleet
+	switch cfg.Source {
+	case Local:
+		if f, err = StartLocal(ctx, cfg.Local, name == "control"); err != nil {
+			return nil, err
+		}
+	case Target:
+		f = targetFleet(cfg.Target, cfg.TargetMetrics)
+	}
+	defer func() { err = errors.Join(err, f.Close()) }()
+	capacity, err := measureCapacity(ctx, f.Target, q, cfg.Capacity)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Logger.Info("capacity", "fleet", f.Name, "per_second", fmt.Sprintf("%.1f", capacity))
+	// Let what the measurement left queued drain before the experiment.
+	if err := sleepCtx(ctx, 2*time.Second); err != nil {
+		return nil, err
+	}
+	return runExperiment(ctx, f, cfg.Clients, q, capacity, e, cfg.Logger)
+}
+
+// targetFleet is a running Verify service the lab only calls.
+func targetFleet(addr string, metrics []string) *Fleet {
+	f := &Fleet{Name: "target", Target: addr}
+	for i, u := range metrics {
+		f.Members = append(f.Members, &Member{Name: fmt.Sprintf("target-%d", i+1), Role: RoleGateway, Metrics: u})
+	}
+	return f
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// summaryLine is one result in a line.
+func summaryLine(r *Result) string {
+	v := r.Verdict
+	rec := "STUCK"
+	if v.Recovered {
+		rec = "recovered in " + v.Recovery.String()
+	}
+	return fmt.Sprintf("%-7s %-32s load %.2f C (C = %.0f/s): baseline %.0f/s (%.1f %% ok), after %.0f/s (%.1f %% of baseline), %s, wasted %.0f",
+		r.Fleet, r.Experiment.Trigger.String(), r.Experiment.Load, r.Capacity, v.Baseline, 100*v.BaselineRatio,
+		v.After, 100*v.AfterFraction, rec, v.Wasted)
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("storm: report: %w", err)
+	}
+	err = write(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("storm: report %s: %w", path, err)
+	}
+	return nil
+}
+
+// fileName names a result's files: fleet, trigger, duration, load, seed.
+func (r *Result) fileName() string {
+	e := r.Experiment
+	return fmt.Sprintf("%s-%s-%ds-load%03.0f-seed%d", r.Fleet, e.Trigger.Kind, int(e.triggerDuration()/time.Second), 100*e.Load, e.Seed)
+}

@@ -1,0 +1,117 @@
+package storm
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func quietLogger() *slog.Logger {
+	if os.Getenv("LEVEE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// buildBinaries builds the fleet's programs from this source tree.
+func buildBinaries(ctx context.Context, t *testing.T) Binaries {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := ModuleRoot(wd)
+	if root == "" {
+		t.Fatalf("no Levee source tree above %s", wd)
+	}
+	bin, err := BuildBinaries(ctx, root, filepath.Join(t.TempDir(), "bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// TestLabSeesTheControlStuck is the lab in one experiment, on real
+// processes: the control fleet (the same binaries, -unguarded) and the Levee
+// fleet, each loaded at half its measured capacity by the seed's naive
+// clients while every verifier is SIGSTOPped for 10 s. The control must be
+// healthy before the trigger and stuck after it, to the end of the run: 3
+// attempts × 0.5 C is more than C once every attempt times out, so a plain
+// FIFO server can never drain. That is what proves the lab sees what it
+// looks for. Levee's verdict is reported, not asserted: today it gets stuck
+// too (the cost estimates a stall poisons; see docs/lab.md), and the
+// control-loops work makes this test assert its recovery.
+//
+// Everything is judged by counting logical requests, not by timing one.
+func TestLabSeesTheControlStuck(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two fleets of real processes for about two minutes")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	cfg := DefaultConfig()
+	cfg.Local.Bin = buildBinaries(ctx, t)
+	cfg.Local.Dir = t.TempDir()
+	cfg.Out = t.TempDir()
+	cfg.Fleets = []string{"control", "levee"}
+	cfg.Experiment.Load = 0.5
+	cfg.Experiment.Warmup, cfg.Experiment.Baseline = 3*time.Second, 10*time.Second
+	cfg.Experiment.Trigger.Duration = 10 * time.Second
+	cfg.Experiment.After, cfg.Experiment.AfterWindow = 20*time.Second, 8*time.Second
+	cfg.Logger = quietLogger()
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 2 {
+		t.Fatalf("%d results, want 2", len(rep.Results))
+	}
+	for _, r := range rep.Results {
+		t.Logf("%s", summaryLine(r))
+		// The lab's own books: every arrival was sent or dropped, and every
+		// one sent ended; no answer was wrong.
+		var offered, ended, dropped, wrong int64
+		for i := range r.Series.secs {
+			x := &r.Series.secs[i]
+			offered += x.offered.Load()
+			ended += x.arrEnded.Load()
+			dropped += x.dropped.Load()
+			wrong += x.wrong.Load()
+		}
+		if offered == 0 || ended+dropped != offered || wrong != 0 {
+			t.Errorf("%s: offered %d, ended %d, dropped %d, wrong answers %d: the lab lost track of requests", r.Fleet, offered, ended, dropped, wrong)
+		}
+	}
+	control, levee := rep.Results[0], rep.Results[1]
+	if control.Fleet != "control" || levee.Fleet != "levee" {
+		t.Fatalf("results of %s and %s, want control then levee", control.Fleet, levee.Fleet)
+	}
+	v := control.Verdict
+	if v.BaselineRatio < 0.9 {
+		t.Fatalf("the control served only %.1f %% of its baseline at 0.5 C: it must be healthy before the trigger for its failure to mean anything",
+			100*v.BaselineRatio)
+	}
+	if !v.Stuck || v.AfterFraction > 0.2 {
+		t.Errorf("the control was not stuck after the stall (recovered %v in %v, goodput %.1f %% of baseline over the last %v): "+
+			"the lab cannot see the failure it looks for", v.Recovered, v.Recovery, 100*v.AfterFraction, cfg.Experiment.AfterWindow)
+	}
+	if !(v.WastedAfter > 0) {
+		t.Errorf("the control wasted %v hashes after the trigger; a stuck plain server hashes for callers who left", v.WastedAfter)
+	}
+	lv := levee.Verdict
+	t.Logf("Levee's verdict, reported and not asserted until the control-loops issue lands: recovered %v in %v, "+
+		"goodput after %.1f %% of baseline, %v wasted", lv.Recovered, lv.Recovery, 100*lv.AfterFraction, lv.Wasted)
+	for _, name := range []string{"report.md", "summary.csv", "compare.png"} {
+		if _, err := os.Stat(filepath.Join(cfg.Out, name)); err != nil {
+			t.Errorf("report: %v", err)
+		}
+	}
+}

@@ -1,0 +1,157 @@
+package storm
+
+import (
+	"math"
+	"time"
+)
+
+// Recovery is judged on windows of this many seconds of arrivals: one second
+// of Poisson arrivals at 70/s varies by 12 %, three by 7 %, and the success
+// ratio of those arrivals (successes ÷ arrivals) varies far less than either.
+const recoveryWindow = 3
+
+// RecoveredFraction is the share of its baseline a fleet must be back to:
+// recovered means the logical requests arriving over a window succeed at 95 %
+// of the rate that the baseline's arrivals did.
+const RecoveredFraction = 0.95
+
+// Verdict is what one experiment says of the fleet.
+type Verdict struct {
+	// Baseline is the goodput (logical requests answered with success
+	// before their caller's deadline) per second over the baseline window,
+	// and BaselineRatio the share of the baseline's arrivals that succeeded.
+	Baseline, BaselineRatio float64
+	// During is the goodput per second while the trigger was on.
+	During float64
+	// After is the goodput per second over the last AfterWindow seconds of
+	// arrivals, and AfterRatio the share of those arrivals that succeeded;
+	// AfterFraction is AfterRatio over BaselineRatio.
+	After, AfterRatio, AfterFraction float64
+	// Recovered says whether, after the trigger ended, a window of arrivals
+	// succeeded at RecoveredFraction of BaselineRatio, and Recovery how long
+	// after the trigger's end the first such window began (0 when the
+	// trigger's end found the fleet serving). Stuck is !Recovered: the run
+	// ended without the fleet coming back.
+	Recovered bool
+	Recovery  time.Duration
+	Stuck     bool
+	// Wasted counts hashes the verifiers completed after their caller had
+	// left (their late_total), over the whole run, and WastedAfter those
+	// after the trigger ended; NaN when no verifier metrics were scraped.
+	Wasted, WastedAfter float64
+	// RetryRatio is retries ÷ first attempts sent by the clients over the
+	// whole run.
+	RetryRatio float64
+	// LatencyP50 and LatencyP99 are of successful logical requests that
+	// arrived in the baseline window, arrival to answer.
+	LatencyP50, LatencyP99 time.Duration
+}
+
+// window is a span of seconds of an experiment, [from, to).
+type window struct{ from, to int }
+
+// judge computes the verdict of a series whose baseline, trigger and
+// observation spans are given in seconds; afterWindow is how many final
+// seconds "after" averages over.
+func judge(s *Series, base, trig, obs window, afterWindow int) Verdict {
+	n := len(s.secs)
+	arrOK, arrEnded := make([]float64, n), make([]float64, n)
+	var first, retries float64
+	for i := range s.secs {
+		arrOK[i] = float64(s.secs[i].arrOK.Load())
+		arrEnded[i] = float64(s.secs[i].arrEnded.Load())
+		first += float64(s.secs[i].first.Load())
+		retries += float64(s.secs[i].retries.Load())
+	}
+	goodput := s.Goodput()
+	v := verdictOf(goodput, arrOK, arrEnded, base, trig, obs, afterWindow)
+	if first > 0 {
+		v.RetryRatio = retries / first
+	}
+	v.LatencyP50 = s.latencyQuantile(base.from, base.to, 0.5)
+	v.LatencyP99 = s.latencyQuantile(base.from, base.to, 0.99)
+	wasted := s.Scraped(colWasted)
+	v.Wasted, v.WastedAfter = sumKnown(wasted, 0, n), sumKnown(wasted, trig.to, n)
+	return v
+}
+
+// verdictOf is judge on plain per-second counts: goodput by the second a
+// logical request ended, and successes and endings by the second it arrived.
+func verdictOf(goodput, arrOK, arrEnded []float64, base, trig, obs window, afterWindow int) Verdict {
+	var v Verdict
+	v.Baseline = mean(goodput, base.from, base.to)
+	v.BaselineRatio = ratio(arrOK, arrEnded, base.from, base.to)
+	v.During = mean(goodput, trig.from, trig.to)
+	last := window{max(obs.to-afterWindow, obs.from), obs.to}
+	v.After = mean(goodput, last.from, last.to)
+	v.AfterRatio = ratio(arrOK, arrEnded, last.from, last.to)
+	if v.BaselineRatio > 0 {
+		v.AfterFraction = v.AfterRatio / v.BaselineRatio
+	}
+	want := RecoveredFraction * v.BaselineRatio
+	for s := trig.to; s+recoveryWindow <= obs.to; s++ {
+		if r := ratio(arrOK, arrEnded, s, s+recoveryWindow); v.BaselineRatio > 0 && r >= want {
+			v.Recovered = true
+			v.Recovery = time.Duration(s-trig.to) * time.Second
+			break
+		}
+	}
+	v.Stuck = !v.Recovered
+	return v
+}
+
+func mean(xs []float64, from, to int) float64 {
+	from, to = max(from, 0), min(to, len(xs))
+	if to <= from {
+		return 0
+	}
+	var sum float64
+	for _, x := range xs[from:to] {
+		sum += x
+	}
+	return sum / float64(to-from)
+}
+
+func ratio(num, den []float64, from, to int) float64 {
+	from, to = max(from, 0), min(to, len(num), len(den))
+	var a, b float64
+	for i := from; i < to; i++ {
+		a += num[i]
+		b += den[i]
+	}
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// sumKnown sums the values in [from, to) that are not NaN; NaN when all are.
+func sumKnown(xs []float64, from, to int) float64 {
+	sum, seen := 0.0, false
+	for i := max(from, 0); i < min(to, len(xs)); i++ {
+		if !math.IsNaN(xs[i]) {
+			sum += xs[i]
+			seen = true
+		}
+	}
+	if !seen {
+		return math.NaN()
+	}
+	return sum
+}
+
+// meanKnown averages the values in [from, to) that are not NaN; NaN when
+// all are.
+func meanKnown(xs []float64, from, to int) float64 {
+	sum, n := 0.0, 0
+	for i := max(from, 0); i < min(to, len(xs)); i++ {
+		if !math.IsNaN(xs[i]) {
+			sum += xs[i]
+			n++
+		}
+	}
+	if n == 0 {
+		return math.NaN()
+	}
+	return sum / float64(n)
+}

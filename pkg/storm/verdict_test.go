@@ -1,0 +1,116 @@
+package storm
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// constant returns n copies of v.
+func constant(n int, v float64) []float64 {
+	xs := make([]float64, n)
+	for i := range xs {
+		xs[i] = v
+	}
+	return xs
+}
+
+func TestVerdictOf(t *testing.T) {
+	base, trig, obs := window{2, 12}, window{12, 22}, window{22, 52}
+	const n = 60
+	tests := []struct {
+		name       string
+		shape      func(ok, ended []float64) // arrivals by second
+		recovered  bool
+		recovery   time.Duration
+		afterFrac  float64
+		afterRatio float64
+	}{{
+		name:      "healthy throughout",
+		shape:     func(ok, ended []float64) {},
+		recovered: true, recovery: 0, afterFrac: 1, afterRatio: 1,
+	}, {
+		name: "down during the trigger, back 5 s after it",
+		shape: func(ok, ended []float64) {
+			for i := trig.from; i < trig.to+5; i++ {
+				ok[i] = 0
+			}
+		},
+		recovered: true, recovery: 5 * time.Second, afterFrac: 1, afterRatio: 1,
+	}, {
+		name: "stuck at half for good",
+		shape: func(ok, ended []float64) {
+			for i := trig.from; i < n; i++ {
+				ok[i] = 50
+			}
+		},
+		recovered: false, afterFrac: 0.5, afterRatio: 0.5,
+	}, {
+		name: "94 % is not back",
+		shape: func(ok, ended []float64) {
+			for i := trig.from; i < n; i++ {
+				ok[i] = 94
+			}
+		},
+		recovered: false, afterFrac: 0.94, afterRatio: 0.94,
+	}, {
+		name: "a window needs all of its seconds: one good second among bad ones is not recovery",
+		shape: func(ok, ended []float64) {
+			for i := trig.from; i < n; i++ {
+				ok[i] = 0
+			}
+			ok[30] = 100
+		},
+		recovered: false, afterFrac: 0, afterRatio: 0,
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, ended := constant(n, 100), constant(n, 100)
+			tc.shape(ok, ended)
+			v := verdictOf(ok, ok, ended, base, trig, obs, 10)
+			if v.Recovered != tc.recovered || v.Stuck == tc.recovered {
+				t.Fatalf("recovered = %v, stuck = %v; want recovered %v", v.Recovered, v.Stuck, tc.recovered)
+			}
+			if tc.recovered && v.Recovery != tc.recovery {
+				t.Errorf("recovery = %v, want %v", v.Recovery, tc.recovery)
+			}
+			if math.Abs(v.AfterFraction-tc.afterFrac) > 1e-9 || math.Abs(v.AfterRatio-tc.afterRatio/1) > 1e-2 {
+				t.Errorf("after fraction = %v, ratio = %v; want %v, %v", v.AfterFraction, v.AfterRatio, tc.afterFrac, tc.afterRatio)
+			}
+			if v.Baseline != 100 || v.BaselineRatio != 1 {
+				t.Errorf("baseline = %v (ratio %v), want 100 (1)", v.Baseline, v.BaselineRatio)
+			}
+		})
+	}
+}
+
+// TestVerdictRelativeToBaseline: a fleet that refuses 20 % when healthy has
+// recovered when it is back to refusing 20 %, not only at 100 %.
+func TestVerdictRelativeToBaseline(t *testing.T) {
+	base, trig, obs := window{0, 10}, window{10, 20}, window{20, 40}
+	ok, ended := constant(40, 80), constant(40, 100)
+	for i := trig.from; i < trig.to; i++ {
+		ok[i] = 0
+	}
+	v := verdictOf(ok, ok, ended, base, trig, obs, 10)
+	if !v.Recovered || v.Recovery != 0 || math.Abs(v.AfterFraction-1) > 1e-9 {
+		t.Errorf("got recovered %v in %v, after fraction %v; want recovered at once, fraction 1", v.Recovered, v.Recovery, v.AfterFraction)
+	}
+}
+
+func TestLatencyQuantile(t *testing.T) {
+	s := newSeries(time.Now(), 2)
+	for range 99 {
+		s.secs[0].latency[latBucket(10*time.Millisecond)].Add(1)
+	}
+	s.secs[1].latency[latBucket(time.Second)].Add(1)
+	if got := s.latencyQuantile(0, 2, 0.5); got < 10*time.Millisecond || got > 12*time.Millisecond {
+		t.Errorf("p50 = %v, want the bucket holding 10ms (≤ 19 %% above it)", got)
+	}
+	if got := s.latencyQuantile(0, 2, 0.995); got < time.Second || got > 1200*time.Millisecond {
+		t.Errorf("p99.5 = %v, want the bucket holding 1s", got)
+	}
+	if got := s.latencyQuantile(0, 1, 0.99); got > 12*time.Millisecond {
+		t.Errorf("p99 of second 0 alone = %v, want ≤ 12ms", got)
+	}
+}

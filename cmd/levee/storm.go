@@ -29,6 +29,8 @@ verifier is stopped (SIGSTOP) for 10 s; report in ./storm-out.
   levee storm -trigger cpu -duration 20s -load 0.9    a CPU cut of the verifiers
   levee storm -trigger kill:budgetd-leader -mix levee:1
   levee storm -grid                                   the whole grid (hours)
+  levee storm -ramp                                   0.2 C → 10 C → 0.2 C: any hysteresis?
+  levee storm -sim                                    the seed's fleet at C = 1,000/s, simulated
   levee storm -fleet target -target host:7700 -trigger spike -spike 3
 
 See docs/lab.md for every experiment and verdict.
@@ -79,6 +81,18 @@ func parseStorm(args []string, stderr io.Writer, lookup func(string) (string, bo
 		fs.PrintDefaults()
 	}
 	grid := fs.Bool("grid", false, "run the grid: -grid-triggers × -grid-durations × -grid-loads × -grid-seeds")
+	sim := fs.Bool("sim", false, "simulate the seed's fleet at full scale instead (no fleet started): plain and Levee, with no budget, per-process budgets and the fleet budget")
+	fs.Float64Var(&cfg.Sim.Load, "sim-load", cfg.Sim.Load, "sim: offered load (× C)")
+	fs.DurationVar(&cfg.Sim.TriggerDuration, "sim-stall", cfg.Sim.TriggerDuration, "sim: how long every verifier stalls")
+	fs.IntVar(&cfg.Sim.Processes, "sim-processes", cfg.Sim.Processes, "sim: client processes")
+	fs.Float64Var(&cfg.Sim.Ratio, "sim-ratio", cfg.Sim.Ratio, "sim: budget ratio (retries per first attempt)")
+	fs.DurationVar(&cfg.Sim.After, "sim-after", cfg.Sim.After, "sim: how long to watch after the stall")
+	ramp := fs.Bool("ramp", false, "run the triangle ramp -ramp-low → -ramp-high → -ramp-low (× C) instead of a trigger")
+	fs.Float64Var(&cfg.Ramp.Low, "ramp-low", cfg.Ramp.Low, "ramp: lowest load (× C)")
+	fs.Float64Var(&cfg.Ramp.High, "ramp-high", cfg.Ramp.High, "ramp: highest load (× C)")
+	fs.DurationVar(&cfg.Ramp.Up, "ramp-up", cfg.Ramp.Up, "ramp: time from low to high")
+	fs.DurationVar(&cfg.Ramp.Down, "ramp-down", cfg.Ramp.Down, "ramp: time from high back to low")
+	fs.DurationVar(&cfg.Ramp.Hold, "ramp-hold", cfg.Ramp.Hold, "ramp: time held at low before and after")
 	source := fs.String("fleet", string(cfg.Source), "where the fleet comes from: local (processes started here) or target (-target)")
 	fleets := fs.String("fleets", strings.Join(cfg.Fleets, ","), "local fleets to run, in order: levee, control, or both")
 	fs.StringVar(&cfg.Target, "target", "", "Verify service to call with -fleet target (host:port)")
@@ -164,6 +178,15 @@ func parseStorm(args []string, stderr io.Writer, lookup func(string) (string, bo
 	if e.Trigger, err = storm.ParseTrigger(*trigger, e.Trigger); err != nil {
 		return cfg, false, err
 	}
+	if btoi(*grid)+btoi(*ramp)+btoi(*sim) > 1 {
+		return cfg, false, errors.New("storm: -grid, -ramp and -sim are different experiments; pick one")
+	}
+	if *sim {
+		cfg.Mode = storm.SimMode
+	}
+	if *ramp {
+		cfg.Mode = storm.RampMode
+	}
 	if *grid {
 		cfg.Mode = storm.GridMode
 		cfg.Grid.Triggers = nil
@@ -209,6 +232,13 @@ func stormBinaries(ctx context.Context, stderr io.Writer) (storm.Binaries, error
 	dir := filepath.Join(cache, "levee", "storm-bin")
 	fmt.Fprintf(stderr, "building the fleet's binaries into %s ...\n", dir)
 	return storm.BuildBinaries(ctx, root, dir)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func parseDurations(s string) ([]time.Duration, error) {

@@ -120,33 +120,72 @@ func plotRun(r *Result, path string) error {
 	return p.Save(8*vg.Inch, 4*vg.Inch, path)
 }
 
-// plotCompare draws the goodput of each result relative to its own baseline,
-// one line per fleet: the cure beside the failure.
-func plotCompare(rs []*Result, title, path string) error {
+// line is one curve of a plot over time.
+type line struct {
+	name   string
+	ys     []float64
+	scale  float64
+	color  color.Color
+	dashed bool
+}
+
+// plotLines draws curves over seconds with the trigger's span shaded; top
+// (when positive) fixes the y range, and ref (when positive) draws a
+// horizontal reference line named refName.
+func plotLines(title, ylabel string, lines []line, trig window, top, ref float64, refName, path string) error {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "seconds"
-	p.Y.Label.Text = "goodput ÷ baseline goodput"
-	top := 1.5
-	if len(rs) > 0 {
-		if err := shade(p, rs[0].Trig.from, rs[0].Trig.to, top); err != nil {
+	p.Y.Label.Text = ylabel
+	if top <= 0 {
+		for _, l := range lines {
+			top = math.Max(top, 1.05*maxOf(l.ys)*l.scale)
+		}
+		top = math.Max(top, 1.05*ref)
+	}
+	if err := shade(p, trig.from, trig.to, top); err != nil {
+		return err
+	}
+	n := 0
+	for _, l := range lines {
+		n = max(n, len(l.ys))
+		if err := addLine(p, l.name, xys(l.ys, l.scale), l.color, vg.Points(1.5), l.dashed); err != nil {
 			return err
 		}
 	}
-	for _, r := range rs {
-		if r.Verdict.Baseline <= 0 {
-			continue
-		}
-		g := r.Series.Goodput()
-		g = g[:min(r.Obs.to, len(g))]
-		name := fmt.Sprintf("%s (C = %.0f/s)", r.Fleet, r.Capacity)
-		if err := addLine(p, name, xys(g, 1/r.Verdict.Baseline), fleetColor(r.Fleet), vg.Points(1.5), false); err != nil {
+	if ref > 0 {
+		if err := addLine(p, refName, plotter.XYs{{X: 0, Y: ref}, {X: float64(n), Y: ref}}, color.Gray{Y: 120}, vg.Points(1), true); err != nil {
 			return err
 		}
 	}
 	p.Y.Min, p.Y.Max = 0, top
 	p.Legend.Top = true
 	return p.Save(8*vg.Inch, 4*vg.Inch, path)
+}
+
+// goodputLine is a result's goodput relative to its baseline, to the end of
+// its observation.
+func goodputLine(r *Result, name string, c color.Color, dashed bool) (line, bool) {
+	if r.Verdict.Baseline <= 0 {
+		return line{}, false
+	}
+	g := r.Series.Goodput()
+	return line{name: name, ys: g[:min(r.Obs.to, len(g))], scale: 1 / r.Verdict.Baseline, color: c, dashed: dashed}, true
+}
+
+// plotCompare draws the goodput of each result relative to its own baseline,
+// one line per fleet: the cure beside the failure.
+func plotCompare(rs []*Result, title, path string) error {
+	var ls []line
+	for _, r := range rs {
+		if l, ok := goodputLine(r, fmt.Sprintf("%s (C = %.0f/s)", r.Fleet, r.Capacity), fleetColor(r.Fleet), false); ok {
+			ls = append(ls, l)
+		}
+	}
+	if len(rs) == 0 {
+		return nil
+	}
+	return plotLines(title, "goodput ÷ baseline goodput", ls, rs[0].Trig, 1.5, 0, "", path)
 }
 
 // cellVerdict summarises a grid cell's seeds: the worst recovery, and how

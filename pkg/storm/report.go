@@ -2,6 +2,7 @@ package storm
 
 import (
 	"fmt"
+	"image/color"
 	"io"
 	"math"
 	"os"
@@ -31,7 +32,7 @@ func (rep *Report) write(dir string, cfg Config) error {
 		if err := add(filepath.Join(dir, "runs", r.fileName()+".csv"), r.Series.WriteCSV); err != nil {
 			return err
 		}
-		if cfg.Mode != GridMode {
+		if cfg.Mode != GridMode && cfg.Mode != SimMode {
 			png := filepath.Join(dir, r.fileName()+".png")
 			if err := plotRun(r, png); err != nil {
 				return fmt.Errorf("storm: plot: %w", err)
@@ -51,23 +52,41 @@ func (rep *Report) write(dir string, cfg Config) error {
 	} else {
 		fmt.Fprintf(&md, "Made by `levee storm`")
 	}
-	fmt.Fprintf(&md, " on %s (%d CPUs, %s/%s, %s). Every fleet member is a separate process on this machine, and so is the "+
-		"lab that loads them: `lab_cpu` in each run's CSV is the load generator's own CPU, in cores.\n\n",
-		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
-	fmt.Fprintf(&md, "Clients: %s. A verdict compares the share of arriving logical requests that succeed with the baseline's; "+
+	fmt.Fprintf(&md, " on %s (%d CPUs, %s/%s, %s).", time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.GOOS,
+		runtime.GOARCH, runtime.Version())
+	if cfg.Mode != SimMode {
+		fmt.Fprintf(&md, " Every fleet member is a separate process on this machine, and so is the lab that loads them: "+
+			"`lab_cpu` in each run's CSV is the load generator's own CPU, in cores.")
+	}
+	fmt.Fprintf(&md, "\n\n")
+	if cfg.Mode == SimMode {
+		fmt.Fprintf(&md, "Simulated in virtual time, no fleet started: %s.\n\n", describeSim(cfg.Sim))
+	} else {
+		fmt.Fprintf(&md, "Clients: %s. ", describeClients(cfg.Clients))
+	}
+	fmt.Fprintf(&md, "A verdict compares the share of arriving logical requests that succeed with the baseline's; "+
 		"*recovered* means a %d-second window of arrivals after the trigger succeeded at %.0f %% of the baseline's share, "+
 		"*stuck* that none did by the end of the run; *after* is goodput over the last %v of arrivals relative to the baseline; "+
 		"*wasted* counts hashes the verifiers finished after their caller had left (docs/lab.md).\n\n",
-		describeClients(cfg.Clients), recoveryWindow, 100*RecoveredFraction, cfg.Experiment.AfterWindow)
+		recoveryWindow, 100*RecoveredFraction, afterWindowOf(rep.Results))
 
 	switch cfg.Mode {
 	case GridMode:
 		if err := rep.writeGrid(&md, dir); err != nil {
 			return err
 		}
+	case SimMode:
+		if err := rep.writeSim(&md, dir, cfg.Sim); err != nil {
+			return err
+		}
+	case RampMode:
+		if err := rep.writeRamp(&md, dir, cfg.Ramp); err != nil {
+			return err
+		}
+		fallthrough
 	default:
 		writeTable(&md, rep.Results)
-		if len(rep.Results) > 1 {
+		if len(rep.Results) > 1 && cfg.Mode != RampMode {
 			png := filepath.Join(dir, "compare.png")
 			e := rep.Results[0].Experiment
 			if err := plotCompare(rep.Results, fmt.Sprintf("%s at %.2f C: goodput relative to each fleet's baseline", e.Trigger, e.Load), png); err != nil {
@@ -75,6 +94,11 @@ func (rep *Report) write(dir string, cfg Config) error {
 			}
 			rep.Files = append(rep.Files, png)
 			fmt.Fprintf(&md, "\n![goodput of each fleet relative to its baseline](compare.png)\n")
+		}
+		if cfg.Mode == Single {
+			if err := rep.writeSimVsReal(&md, dir, cfg); err != nil {
+				return err
+			}
 		}
 		for _, r := range rep.Results {
 			if png, ok := plotted[r]; ok {
@@ -182,5 +206,125 @@ func (rep *Report) writeGrid(md *strings.Builder, dir string) error {
 			fmt.Fprintf(md, "\n")
 		}
 	}
+	return nil
+}
+
+// writeRamp plots the ramp's loops and tabulates their gaps.
+func (rep *Report) writeRamp(md *strings.Builder, dir string, ramp Ramp) error {
+	png := filepath.Join(dir, "ramp.png")
+	if err := plotRamp(rep.Results, ramp, png); err != nil {
+		return fmt.Errorf("storm: plot: %w", err)
+	}
+	rep.Files = append(rep.Files, png)
+	fmt.Fprintf(md, "![goodput against offered load on the way up and down](ramp.png)\n\n")
+	fmt.Fprintf(md, "| fleet | largest gap, up − down, at ≤ 1 C | at offered | goodput at the end (× baseline) |\n|---|---|---|---|\n")
+	for _, r := range rep.Results {
+		h, err := hysteresis(r, ramp)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(md, "| %s | %.2f C | %.2f C | %.2f |\n", r.Fleet, h.Gap, h.At, r.Verdict.AfterFraction)
+	}
+	fmt.Fprintf(md, "\n")
+	return nil
+}
+
+func afterWindowOf(rs []*Result) time.Duration {
+	if len(rs) == 0 {
+		return 0
+	}
+	return rs[0].Experiment.AfterWindow
+}
+
+func describeSim(c SimConfig) string {
+	return fmt.Sprintf("C = %.0f/s (%d verifiers × %d workers × %v), offered %.0f/s (%.2f C) from %d client processes, "+
+		"naive clients (%d attempts of %v, at once), every verifier stalled for %v; budgets: ratio %.2g, %.3g retries/s minimum "+
+		"(per process, or once for the fleet), burst %g per process or %g for the fleet; admission, budget ledger and breakers "+
+		"are Levee's own code (pkg/admission, pkg/budgetd's Ledger, pkg/breaker) on a virtual clock",
+		c.Capacity(), c.Verifiers, c.Workers, c.Service, c.Load*c.Capacity(), c.Load, c.Processes, c.Attempts, c.Timeout,
+		c.TriggerDuration, c.Ratio, c.MinPerSecond, SeedScale(false, ProcessBudget).Burst, SeedScale(false, FleetBudget).Burst)
+}
+
+var budgetColors = map[BudgetMode]color.Color{
+	NoBudget:      color.RGBA{200, 40, 40, 255},
+	ProcessBudget: color.RGBA{230, 140, 30, 255},
+	FleetBudget:   color.RGBA{30, 140, 60, 255},
+}
+
+// writeSim plots the simulated fleets' goodput and attempts.
+func (rep *Report) writeSim(md *strings.Builder, dir string, c SimConfig) error {
+	writeTable(md, rep.Results)
+	var good, att []line
+	for _, r := range rep.Results {
+		guarded := strings.HasPrefix(r.Fleet, "sim-levee")
+		b := BudgetMode(r.Fleet[strings.LastIndexByte(r.Fleet, '-')+1:])
+		if l, ok := goodputLine(r, r.Fleet, budgetColors[b], guarded); ok {
+			good = append(good, l)
+		}
+		a := r.Series.Attempts()
+		att = append(att, line{name: r.Fleet, ys: a[:min(r.Obs.to, len(a))], scale: 1, color: budgetColors[b], dashed: guarded})
+	}
+	if len(rep.Results) == 0 {
+		return nil
+	}
+	trig := rep.Results[0].Trig
+	for _, p := range []struct {
+		file, title, ylabel string
+		lines               []line
+		top, ref            float64
+	}{
+		{"sim-goodput.png", "simulated: goodput relative to baseline (solid plain, dashed Levee)", "goodput ÷ baseline", good, 1.5, 0},
+		{"sim-attempts.png", "simulated: attempts per second, against capacity C", "attempts per second", att, 0, c.Capacity()},
+	} {
+		if err := plotLines(p.title, p.ylabel, p.lines, trig, p.top, p.ref, "capacity C", filepath.Join(dir, p.file)); err != nil {
+			return fmt.Errorf("storm: plot: %w", err)
+		}
+		rep.Files = append(rep.Files, filepath.Join(dir, p.file))
+		fmt.Fprintf(md, "\n![%s](%s)\n", p.title, p.file)
+	}
+	fmt.Fprintf(md, "\nThe load each fleet settles at once the stall is over (the seed's L = A(1 + p + p²): %.0f/s when every "+
+		"attempt fails), and at the end:\n\n| fleet | attempts/s, 10–40 s after the stall | × C | attempts/s over the last %v | × C |\n|---|---|---|---|---|\n",
+		c.Load*c.Capacity()*float64(c.Attempts), rep.Results[0].Experiment.AfterWindow)
+	for _, r := range rep.Results {
+		att := r.Series.Attempts()
+		early := mean(att, r.Trig.to+10, r.Trig.to+40)
+		late := mean(att, r.Obs.to-int(r.Experiment.AfterWindow/time.Second), r.Obs.to)
+		fmt.Fprintf(md, "| %s | %.0f | %.2f | %.0f | %.2f |\n", r.Fleet, early, early/r.Capacity, late, late/r.Capacity)
+	}
+	return nil
+}
+
+// writeSimVsReal simulates each real run and plots both.
+func (rep *Report) writeSimVsReal(md *strings.Builder, dir string, cfg Config) error {
+	var ls []line
+	var trig window
+	for _, r := range rep.Results {
+		sc, ok := simLike(r, cfg.Local, cfg.Clients)
+		if !ok || cfg.Source != Local {
+			continue
+		}
+		sim, err := Simulate(sc)
+		if err != nil {
+			return err
+		}
+		if l, ok := goodputLine(r, r.Fleet+" (real)", fleetColor(r.Fleet), false); ok {
+			ls = append(ls, l)
+		}
+		if l, ok := goodputLine(sim, r.Fleet+" (simulated)", fleetColor(r.Fleet), true); ok {
+			ls = append(ls, l)
+		}
+		trig = r.Trig
+	}
+	if len(ls) == 0 {
+		return nil
+	}
+	png := filepath.Join(dir, "sim-vs-real.png")
+	if err := plotLines("real runs (solid) beside their simulation (dashed)", "goodput ÷ baseline", ls, trig, 1.5, 0, "", png); err != nil {
+		return fmt.Errorf("storm: plot: %w", err)
+	}
+	rep.Files = append(rep.Files, png)
+	fmt.Fprintf(md, "\n![real runs beside their simulation](sim-vs-real.png)\n\nThe simulation runs the same fleet shape, "+
+		"capacity, load and trigger in virtual time with Levee's own admission, breaker and ledger code; it models Levee's "+
+		"design, not its bugs, so where the real Levee line falls below the simulated one a control loop misbehaves.\n")
 	return nil
 }

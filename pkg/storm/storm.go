@@ -52,6 +52,9 @@ const (
 	GridMode Mode = "grid"
 	// RampMode runs Config.Ramp's triangle of load against each fleet.
 	RampMode Mode = "ramp"
+	// SimMode starts no fleet: it simulates Config.Sim, plain and guarded,
+	// with no budget, per-process budgets and the fleet budget.
+	SimMode Mode = "sim"
 )
 
 // Source is where the fleets come from.
@@ -82,6 +85,10 @@ type Config struct {
 	Capacity   CapacityConfig
 	Experiment Experiment
 	Grid       Grid
+	Ramp       Ramp
+	// Sim is the simulated fleet of SimMode (its Guarded and Budget are
+	// varied); Single mode also simulates each real run beside it.
+	Sim SimConfig
 
 	// Out, when set, is the directory the report is written to: a CSV of
 	// each run's seconds, summary.csv, report.md and the plots.
@@ -106,6 +113,8 @@ func DefaultConfig() Config {
 		Capacity:   DefaultCapacity(),
 		Experiment: DefaultExperiment(),
 		Grid:       DefaultGrid(),
+		Ramp:       DefaultRamp(),
+		Sim:        SeedScale(false, NoBudget),
 	}
 }
 
@@ -117,6 +126,10 @@ func (c Config) Validate() error {
 		errs = append(errs, c.Experiment.Validate())
 	case GridMode:
 		errs = append(errs, c.Grid.Validate())
+	case RampMode:
+		errs = append(errs, c.Ramp.Validate())
+	case SimMode:
+		return c.Sim.Validate() // nothing runs for real
 	default:
 		errs = append(errs, fmt.Errorf("storm: unknown mode %q", c.Mode))
 	}
@@ -162,6 +175,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Local.Logger == nil {
 		cfg.Local.Logger = cfg.Logger
 	}
+	if cfg.Mode == SimMode {
+		return runSims(cfg)
+	}
 	q, err := newRequest(cfg.Local.Params)
 	if err != nil {
 		return nil, err
@@ -172,6 +188,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		exps = []Experiment{cfg.Experiment}
 	case GridMode:
 		exps = cfg.Grid.cells(cfg.Experiment)
+	case RampMode:
+		exps = []Experiment{cfg.Ramp.experiment(cfg.Experiment)}
 	}
 	fleets := cfg.Fleets
 	if cfg.Source == Target {
@@ -187,6 +205,34 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			rep.Results = append(rep.Results, res)
 			if cfg.Progress != nil {
 				fmt.Fprintf(cfg.Progress, "[%d/%d] %s\n", i+1, len(exps), summaryLine(res))
+			}
+		}
+	}
+	if cfg.Out != "" {
+		if err := rep.write(cfg.Out, cfg); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// runSims simulates cfg.Sim for both fleets under each budget.
+func runSims(cfg Config) (*Report, error) {
+	rep := &Report{}
+	for _, guarded := range []bool{false, true} {
+		for _, b := range []BudgetMode{NoBudget, ProcessBudget, FleetBudget} {
+			c := cfg.Sim
+			c.Guarded, c.Budget = guarded, b
+			if b == FleetBudget && c.Burst == SeedScale(false, ProcessBudget).Burst {
+				c.Burst = SeedScale(false, FleetBudget).Burst
+			}
+			r, err := Simulate(c)
+			if err != nil {
+				return rep, err
+			}
+			rep.Results = append(rep.Results, r)
+			if cfg.Progress != nil {
+				fmt.Fprintln(cfg.Progress, summaryLine(r))
 			}
 		}
 	}

@@ -36,8 +36,12 @@ const (
 	Knob TriggerKind = "knob"
 	// Spike multiplies the offered load by Trigger.Spike.
 	Spike TriggerKind = "spike"
+	// RampLoad is the triangle ramp's span (RampMode): the load follows the
+	// ramp, nothing else is done to the fleet.
+	RampLoad TriggerKind = "ramp"
 )
 
+// triggerKinds are those ParseTrigger accepts; RampLoad comes from RampMode.
 var triggerKinds = []TriggerKind{None, Stop, Kill, CPU, Knob, Spike}
 
 // Trigger is one fault, applied for Duration once the baseline is over.
@@ -128,6 +132,8 @@ func (t Trigger) String() string {
 		what = fmt.Sprintf(" (workers ×%g, slowdown ×%g)", t.WorkerFraction, t.Slowdown)
 	case Spike:
 		return fmt.Sprintf("spike ×%g for %v", t.Spike, t.Duration)
+	case RampLoad:
+		return fmt.Sprintf("triangle ramp over %v", t.Duration)
 	}
 	return fmt.Sprintf("%s %s%s for %v", t.Kind, t.Targets, what, t.Duration)
 }
@@ -146,7 +152,7 @@ func (t Trigger) loadFactor() float64 {
 // begin undoes what it had done.
 func (t Trigger) begin(ctx context.Context, f *Fleet) (undo func(context.Context) error, err error) {
 	nothing := func(context.Context) error { return nil }
-	if t.Kind == None || t.Kind == Spike {
+	if t.Kind == None || t.Kind == Spike || t.Kind == RampLoad {
 		return nothing, nil
 	}
 	targets, err := f.Select(ctx, t.Targets)

@@ -1,0 +1,174 @@
+package storm
+
+import (
+	"errors"
+	"fmt"
+	"image/color"
+	"math"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// Ramp is the triangle of load that shows hysteresis: Hold at Low, up to
+// High over Up, back down to Low over Down, Hold at Low again. A fleet
+// without a congested state of its own answers the same at a load on the way
+// down as it did at that load on the way up.
+type Ramp struct {
+	Low, High      float64 // fractions of capacity
+	Hold, Up, Down time.Duration
+}
+
+// DefaultRamp is 0.2 C → 10 C → 0.2 C, a minute each way, 15 s held at
+// each end.
+func DefaultRamp() Ramp {
+	return Ramp{Low: 0.2, High: 10, Hold: 15 * time.Second, Up: time.Minute, Down: time.Minute}
+}
+
+// Validate reports every invalid field.
+func (r Ramp) Validate() error {
+	if !(r.Low > 0 && r.High > r.Low && r.High <= 100) || r.Hold < 5*time.Second || r.Up < time.Second || r.Down < time.Second {
+		return fmt.Errorf("storm: ramp: want 0 < low < high ≤ 100, hold ≥ 5s, up and down ≥ 1s; got %v, %v, %v, %v, %v",
+			r.Low, r.High, r.Hold, r.Up, r.Down)
+	}
+	return nil
+}
+
+// profile is the offered load at t, as a fraction of capacity. The ramp is
+// geometric (constant ratio per second), so that every decade of load gets
+// the same time: a linear ramp would cross the interesting region, around
+// 1 C, in a few seconds.
+func (r Ramp) profile(t time.Duration) float64 {
+	ratio := r.High / r.Low
+	switch {
+	case t < r.Hold:
+		return r.Low
+	case t < r.Hold+r.Up:
+		return r.Low * math.Pow(ratio, float64(t-r.Hold)/float64(r.Up))
+	case t < r.Hold+r.Up+r.Down:
+		return r.High * math.Pow(1/ratio, float64(t-r.Hold-r.Up)/float64(r.Down))
+	}
+	return r.Low
+}
+
+// experiment is the ramp as an experiment: the first hold is the baseline,
+// the ramp itself the "trigger" span, the last hold what is judged.
+func (r Ramp) experiment(template Experiment) Experiment {
+	e := template
+	e.Warmup = 0
+	e.Baseline = r.Hold
+	e.Trigger = Trigger{Kind: RampLoad, Targets: "verifiers", Duration: r.Up + r.Down}
+	e.After, e.AfterWindow = r.Hold, r.Hold-2*time.Second
+	e.Profile = r.profile
+	e.Load = r.Low
+	return e
+}
+
+// Hysteresis compares, bin by bin of offered load, the goodput on the way
+// up with the goodput on the way down.
+type Hysteresis struct {
+	// Bins are the offered-load bins (fractions of capacity, lower edges),
+	// Up and Down the mean goodput (fractions of capacity) in each; NaN
+	// where a direction has no second in the bin.
+	Bins, Up, Down []float64
+	// Gap is the largest Up − Down in a bin at or below 1 C (where a
+	// healthy fleet serves everything), and At that bin.
+	Gap, At float64
+}
+
+// hysteresis bins the ramp's seconds by offered load.
+func hysteresis(r *Result, ramp Ramp) (Hysteresis, error) {
+	if r.Capacity <= 0 {
+		return Hysteresis{}, errors.New("storm: ramp without a capacity")
+	}
+	offered, goodput := r.Series.Offered(), r.Series.Goodput()
+	const perDecade = 6
+	lo, hi := math.Log10(ramp.Low), math.Log10(ramp.High)
+	n := int(math.Ceil((hi-lo)*perDecade)) + 1
+	var h Hysteresis
+	upSum, upN, downSum, downN := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
+	peak := r.Trig.from + int(ramp.Up/time.Second)
+	for i := r.Trig.from; i < min(r.Trig.to, len(offered)); i++ {
+		// Bin by the load the lab meant to offer this second, not by the
+		// Poisson count, which scatters a bin's seconds into its neighbours.
+		load := ramp.profile(time.Duration(i)*time.Second + 500*time.Millisecond)
+		b := min(max(int((math.Log10(load)-lo)*perDecade), 0), n-1)
+		g := goodput[i] / r.Capacity
+		if i < peak {
+			upSum[b] += g
+			upN[b]++
+		} else {
+			downSum[b] += g
+			downN[b]++
+		}
+	}
+	for b := range n {
+		h.Bins = append(h.Bins, math.Pow(10, lo+float64(b)/perDecade))
+		h.Up = append(h.Up, upSum[b]/upN[b])
+		h.Down = append(h.Down, downSum[b]/downN[b])
+		if h.Bins[b] <= 1 && upN[b] > 0 && downN[b] > 0 {
+			if gap := h.Up[b] - h.Down[b]; gap > h.Gap {
+				h.Gap, h.At = gap, h.Bins[b]
+			}
+		}
+	}
+	return h, nil
+}
+
+// plotRamp draws goodput against offered load, on the way up and on the way
+// down, for each fleet.
+func plotRamp(rs []*Result, ramp Ramp, path string) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("triangle ramp %.1f C → %.0f C → %.1f C: goodput against offered load", ramp.Low, ramp.High, ramp.Low)
+	p.X.Label.Text = "offered logical requests (× capacity)"
+	p.Y.Label.Text = "goodput (× capacity)"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	for _, r := range rs {
+		h, err := hysteresis(r, ramp)
+		if err != nil {
+			return err
+		}
+		for _, dir := range []struct {
+			name   string
+			ys     []float64
+			dashed bool
+		}{{"up", h.Up, false}, {"down", h.Down, true}} {
+			var pts plotter.XYs
+			for b, y := range dir.ys {
+				if !math.IsNaN(y) {
+					pts = append(pts, plotter.XY{X: h.Bins[b], Y: y})
+				}
+			}
+			if err := addLine(p, fmt.Sprintf("%s, way %s", r.Fleet, dir.name), pts, fleetColor(r.Fleet), vg.Points(2), dir.dashed); err != nil {
+				return err
+			}
+			if len(pts) > 0 {
+				sc, err := plotter.NewScatter(pts)
+				if err != nil {
+					return err
+				}
+				sc.GlyphStyle.Color = fleetColor(r.Fleet)
+				sc.GlyphStyle.Shape = draw.CircleGlyph{}
+				if dir.dashed {
+					sc.GlyphStyle.Shape = draw.BoxGlyph{}
+				}
+				p.Add(sc)
+			}
+		}
+	}
+	ideal, err := plotter.NewLine(plotter.XYs{{X: ramp.Low, Y: ramp.Low}, {X: 1, Y: 1}, {X: ramp.High, Y: 1}})
+	if err != nil {
+		return err
+	}
+	ideal.LineStyle.Color = color.Gray{Y: 180}
+	ideal.LineStyle.Dashes = []vg.Length{vg.Points(1), vg.Points(3)}
+	p.Add(ideal)
+	p.Legend.Add("min(offered, C)", ideal)
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Y.Min = 0
+	return p.Save(8*vg.Inch, 5*vg.Inch, path)
+}

@@ -1,0 +1,86 @@
+package storm
+
+import (
+	"testing"
+	"time"
+)
+
+// TestSimSeedArithmetic checks the simulator against the seed's arithmetic
+// at full scale (C = 1,000/s, A = 800/s, 2 s timeouts, 3 attempts, 500
+// processes, a 19 s stall), by counting attempts and successes:
+//
+//   - a plain fleet without a budget settles at L = 3A = 2,400 attempts/s
+//     with no goodput, for good;
+//   - per-process budgets (ratio 0.1 + 1 retry/s each) leave a congested
+//     load of A(1 + r) + 500 > C: stuck too;
+//   - the fleet budget bounds L at A(1 + r) + 1 < C: the backlog drains at
+//     C − L, and the fleet recovers;
+//   - Levee's defences recover at once whatever the budget.
+func TestSimSeedArithmetic(t *testing.T) {
+	t.Parallel()
+	type want struct {
+		stuck      bool
+		lo, hi     float64       // attempts per second 10–40 s after the stall
+		recoveryLE time.Duration // when not stuck
+	}
+	for _, tc := range []struct {
+		guarded bool
+		budget  BudgetMode
+		after   time.Duration // long enough to tell stuck from slow
+		want    want
+	}{
+		{false, NoBudget, 50 * time.Second, want{stuck: true, lo: 2300, hi: 2500}},
+		{false, ProcessBudget, 50 * time.Second, want{stuck: true, lo: 1300, hi: 1450}},
+		{false, FleetBudget, 150 * time.Second, want{lo: 820, hi: 920, recoveryLE: 2 * time.Minute}},
+		{true, NoBudget, 45 * time.Second, want{lo: 700, hi: 900, recoveryLE: 2 * time.Second}},
+		{true, FleetBudget, 45 * time.Second, want{lo: 700, hi: 900, recoveryLE: 2 * time.Second}},
+	} {
+		c := SeedScale(tc.guarded, tc.budget)
+		c.After = tc.after
+		t.Run(c.Name(), func(t *testing.T) {
+			t.Parallel()
+			r, err := Simulate(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := r.Verdict
+			if v.BaselineRatio < 0.98 {
+				t.Fatalf("baseline served %.3f of arrivals at 0.8 C, want ≥ 0.98", v.BaselineRatio)
+			}
+			att := mean(r.Series.Attempts(), r.Trig.to+10, r.Trig.to+40)
+			if att < tc.want.lo || att > tc.want.hi {
+				t.Errorf("attempts after the stall = %.0f/s, want in [%v, %v]", att, tc.want.lo, tc.want.hi)
+			}
+			if v.Stuck != tc.want.stuck {
+				t.Fatalf("stuck = %v (after %.2f of baseline), want %v", v.Stuck, v.AfterFraction, tc.want.stuck)
+			}
+			if !v.Stuck && v.Recovery > tc.want.recoveryLE {
+				t.Errorf("recovered in %v, want ≤ %v", v.Recovery, tc.want.recoveryLE)
+			}
+			if v.Stuck && v.AfterFraction > 0.01 {
+				t.Errorf("stuck at %.3f of baseline, want 0", v.AfterFraction)
+			}
+		})
+	}
+}
+
+// TestSimulateDeterministic: one seed, one history.
+func TestSimulateDeterministic(t *testing.T) {
+	t.Parallel()
+	c := SeedScale(true, FleetBudget)
+	c.After = 20 * time.Second
+	a, err := Simulate(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Simulate(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ga, gb := a.Series.Goodput(), b.Series.Goodput()
+	for i := range ga {
+		if ga[i] != gb[i] {
+			t.Fatalf("second %d: goodput %v then %v from the same seed", i, ga[i], gb[i])
+		}
+	}
+}

@@ -59,6 +59,8 @@ func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) 
 	fs.DurationVar(&cfg.Breaker.OpenFor, "breaker-open-for", cfg.Breaker.OpenFor, "base open time of a breaker (jittered up by half)")
 	fs.BoolVar(&cfg.Autopilot.Enabled, "autopilot", cfg.Autopilot.Enabled, "recovery autopilot on")
 	fs.DurationVar(&cfg.Autopilot.ClientTimeout, "client-timeout", cfg.Autopilot.ClientTimeout, "autopilot: how long a typical caller waits")
+	fs.IntVar(&cfg.Margin.Attempts, "margin-attempts", cfg.Margin.Attempts, "bistability margin: attempts a caller makes when every one fails")
+	fs.Float64Var(&cfg.Margin.RetryRatio, "margin-retry-ratio", cfg.Margin.RetryRatio, "bistability margin: the callers' retry budget, retries per first attempt (negative: none)")
 	fs.BoolVar(&cfg.Unguarded, "unguarded", false, "turn every defence off: the lab's control fleet (levee storm) only, never production")
 	logJSON := fs.Bool("log-json", false, "log JSON instead of text")
 	if err := flagenv.Parse(fs, args, lookup); err != nil {

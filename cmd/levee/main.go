@@ -179,14 +179,26 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", budgetd.DefaultConfig().ListenAddr, "address of any budgetd replica")
 	key := fs.String("key", "", "budget key to describe (default: all)")
-	asJSON := fs.Bool("json", false, "print JSON instead of tables")
+	asJSON := fs.Bool("json", false, "print JSON instead of tables (the budget only)")
+	gatewayMetrics := fs.String("gateway-metrics", "http://127.0.0.1:9700/metrics", "a gateway's /metrics, for the bistability margin (empty: none)")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
 	if err := flagenv.Parse(fs, args, nil); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	return budgetd.PrintStatus(ctx, stdout, *addr, *key, *asJSON)
+	if err := budgetd.PrintStatus(ctx, stdout, *addr, *key, *asJSON); err != nil {
+		return err
+	}
+	if *asJSON || *gatewayMetrics == "" {
+		return nil
+	}
+	if err := gateway.PrintMargin(ctx, stdout, *gatewayMetrics); err != nil {
+		// The budget is the command's first answer; a gateway not running
+		// here is worth a line, not a failure.
+		fmt.Fprintf(stdout, "\nBistability margin: %v\n", err)
+	}
+	return nil
 }
 
 func settingsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -34,6 +34,7 @@ type backend struct {
 	pending atomic.Int64 // calls holding a slot on it: forwarded or about to be
 	workers atomic.Int64 // its workers, from its last answer (0: not known yet)
 	serving atomic.Bool  // last word of its health stream
+	service serviceTimes // its recent service times, for the capacity estimate
 	retired atomic.Bool  // left the membership; never picked again
 
 	stop context.CancelFunc

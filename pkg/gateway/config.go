@@ -15,6 +15,9 @@ import (
 	"github.com/leveehq/levee/pkg/verify"
 )
 
+// errInvalidMargin is Validate's error for a MarginConfig out of range.
+var errInvalidMargin = errors.New("gateway: Margin: Attempts must be in [1, 100] and RetryRatio at most 10 (negative: no budget)")
+
 // DefaultSettingsKey is the etcd key holding the gateway's runtime settings.
 const DefaultSettingsKey = "/levee/gateway/config"
 
@@ -68,6 +71,8 @@ type Config struct {
 	Breaker breaker.Config
 	// Autopilot configures the recovery autopilot.
 	Autopilot AutopilotConfig
+	// Margin says what the bistability margin gauge assumes of the callers.
+	Margin MarginConfig
 
 	// PushbackMin and PushbackMax bound the jittered retry-after the gateway
 	// sends with a refusal (grpc-retry-pushback-ms): uniformly in
@@ -152,6 +157,7 @@ func DefaultConfig() Config {
 			RampQueueWait:  200 * time.Millisecond,
 			StandDownAfter: 5,
 		},
+		Margin:        MarginConfig{Attempts: 3, RetryRatio: -1},
 		PushbackMin:   100 * time.Millisecond,
 		PushbackMax:   1000 * time.Millisecond,
 		ProbeInterval: time.Second,
@@ -193,6 +199,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Autopilot.Validate(); err != nil {
 		return fmt.Errorf("gateway: %w", err)
+	}
+	if err := c.Margin.Validate(); err != nil {
+		return err
 	}
 	if c.VerifierQueue < 0 || c.VerifierQueue > 10000 {
 		return fmt.Errorf("gateway: VerifierQueue must be in [0, 10000], got %d", c.VerifierQueue)

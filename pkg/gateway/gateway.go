@@ -99,9 +99,11 @@ type Gateway struct {
 	health  *health.Server
 	streams *serving.Streams // ended at stop, so GracefulStop need not wait for them
 
-	clientRatio ratioWindow // arrivals: first attempts vs retries
-	fleetRatio  ratioWindow // hops: first vs in-fleet retries
-	pushbacks   [32]metadata.MD
+	clientRatio  ratioWindow // arrivals: first attempts vs retries
+	fleetRatio   ratioWindow // hops: first vs in-fleet retries
+	maxAttempt   maxWindow   // the highest attempt number arriving
+	marginGauges marginGauges
+	pushbacks    [32]metadata.MD
 
 	calls *callSet
 	auto  *autopilot
@@ -154,6 +156,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g.backends = newBackends(g.log, cfg.Verifiers, g.newBreaker, cfg.Deadline.Max, nil)
 	g.metrics = newMetrics(g.reg, g)
+	g.marginGauges = newMarginGauges(g.reg)
 	g.auto = newAutopilot(g, cfg.Autopilot)
 
 	if len(cfg.EtcdEndpoints) > 0 {
@@ -313,14 +316,18 @@ func (g *Gateway) fitCeiling() {
 // housekeep refreshes the gauges, the retry ratios, the ceiling and the
 // gateway's own health once a second.
 func (g *Gateway) housekeep(ctx context.Context) {
-	t := time.NewTicker(time.Second)
+	const t0 = time.Second
+	t := time.NewTicker(t0)
 	defer t.Stop()
 	for {
 		g.fitCeiling()
 		g.setServing(g.ServingVerifiers() > 0)
 		g.metrics.observeVerifiers(g.backends.list())
-		g.metrics.retryRatio.WithLabelValues("clients").Set(g.clientRatio.roll())
-		g.metrics.retryRatio.WithLabelValues("gateway").Set(g.fleetRatio.roll())
+		ratio, firsts := g.clientRatio.roll()
+		g.metrics.retryRatio.WithLabelValues("clients").Set(ratio)
+		ratio, _ = g.fleetRatio.roll()
+		g.metrics.retryRatio.WithLabelValues("gateway").Set(ratio)
+		g.updateMargin(firsts / t0.Seconds())
 		select {
 		case <-ctx.Done():
 			return
@@ -377,6 +384,7 @@ func (g *Gateway) pushback(ctx context.Context) {
 // refusals come before the request is even parsed.
 func (g *Gateway) admit(ctx context.Context, f callmeta.Facts) (*backend, error) {
 	g.clientRatio.add(f.Attempt <= 1)
+	g.maxAttempt.add(int64(f.Attempt))
 	switch g.limiter.Acquire(admission.Class{Priority: f.Priority, Retry: f.Attempt > 1}) {
 	case admission.ReasonAdmitted:
 	case admission.ReasonPriority:
@@ -421,6 +429,7 @@ type hopFunc func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...g
 func (g *Gateway) Verify(ctx context.Context, req *verifyv1.VerifyRequest) (*verifyv1.VerifyResponse, error) {
 	f := callmeta.FromContext(ctx)
 	if g.cfg.Unguarded {
+		g.clientRatio.add(f.Attempt <= 1)
 		var resp *verifyv1.VerifyResponse
 		return resp, g.forwardUnguarded(ctx, f, func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) (err error) {
 			resp, err = c.Verify(ctx, req, opts...)
@@ -461,6 +470,7 @@ func (g *Gateway) Verify(ctx context.Context, req *verifyv1.VerifyRequest) (*ver
 func (g *Gateway) Hash(ctx context.Context, req *verifyv1.HashRequest) (*verifyv1.HashResponse, error) {
 	f := callmeta.FromContext(ctx)
 	if g.cfg.Unguarded {
+		g.clientRatio.add(f.Attempt <= 1)
 		var resp *verifyv1.HashResponse
 		return resp, g.forwardUnguarded(ctx, f, func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) (err error) {
 			resp, err = c.Hash(ctx, req, opts...)
@@ -494,8 +504,15 @@ func (g *Gateway) forwardUnguarded(ctx context.Context, f callmeta.Facts, hop ho
 	p, a := classIndex(f)
 	g.metrics.admitted[p][a].Inc()
 	b.pending.Add(1)
-	err := hop(callmeta.AppendOutgoing(ctx, f), b.client)
+	var trailer metadata.MD
+	err := hop(callmeta.AppendOutgoing(ctx, f), b.client, grpc.Trailer(&trailer))
 	b.pending.Add(-1)
+	if w := trailerInt(trailer, verifier.WorkersTrailer); w > 0 {
+		b.workers.Store(w)
+	}
+	if service := trailerMicros(trailer, verifier.ServiceTimeTrailer); service > 0 {
+		b.service.observe(service) // for the bistability margin only
+	}
 	switch {
 	case err != nil:
 		g.metrics.failed[p][a].Inc()
@@ -646,6 +663,7 @@ func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f cal
 			g.auto.sawQueue(wait, service)
 		}
 		if service > 0 {
+			b.service.observe(service)
 			if h != nil {
 				g.cost.Observe(h, service)
 			} else {

@@ -294,8 +294,9 @@ func (w *ratioWindow) add(first bool) {
 }
 
 // roll takes a snapshot and returns retries / first attempts since the one
-// ten rolls ago (or since the start).
-func (w *ratioWindow) roll() float64 {
+// ten rolls ago (or since the start), and the first attempts per roll over
+// that span.
+func (w *ratioWindow) roll() (ratio, firstsPerRoll float64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := [2]uint64{w.firsts.Load(), w.retries.Load()}
@@ -307,7 +308,11 @@ func (w *ratioWindow) roll() float64 {
 	}
 	f, r := now[0]-old[0], now[1]-old[1]
 	if f == 0 {
-		return 0
+		return 0, 0
 	}
-	return float64(r) / float64(f)
+	// The first roll is at the start: n rolls span n−1 of them.
+	if rolls := min(w.n-1, len(w.ring)-1); rolls > 0 {
+		firstsPerRoll = float64(f) / float64(rolls)
+	}
+	return float64(r) / float64(f), firstsPerRoll
 }

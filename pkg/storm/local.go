@@ -271,7 +271,8 @@ func httpOK(url string) func(context.Context) error {
 			if err != nil {
 				return err
 			}
-			resp, err := httpClient.Do(req)
+			req.Close = true // leave no idle connection behind
+			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				return err
 			}

@@ -2,20 +2,14 @@ package storm
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"math"
-	"net/http"
 	"sort"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
+	"github.com/leveehq/levee/internal/promscrape"
 	"github.com/leveehq/levee/pkg/budgetd"
 )
 
@@ -29,76 +23,19 @@ const (
 	colBreakerOpen = "gw_breakers_open"
 )
 
-// httpClient reads metrics pages: a fresh connection each time, so that
-// none is left open when the lab is done (a paused member's would hang).
-var httpClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-
-// maxMetricsBody bounds what the lab reads of one /metrics page.
-const maxMetricsBody = 8 << 20
-
 // fetchMetrics reads a Prometheus text page.
-func fetchMetrics(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Accept", "text/plain")
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	return p.TextToMetricFamilies(io.LimitReader(resp.Body, maxMetricsBody))
+func fetchMetrics(ctx context.Context, url string) (promscrape.Families, error) {
+	return promscrape.Fetch(ctx, url)
 }
 
-// sumOf sums the samples of metric name whose labels include labels:
-// counters and gauges by value, histograms by count.
-func sumOf(mfs map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
-	mf, ok := mfs[name]
-	if !ok {
-		return math.NaN()
-	}
-	var sum float64
-	for _, m := range mf.GetMetric() {
-		if !hasLabels(m, labels) {
-			continue
-		}
-		switch {
-		case m.Counter != nil:
-			sum += m.GetCounter().GetValue()
-		case m.Gauge != nil:
-			sum += m.GetGauge().GetValue()
-		case m.Untyped != nil:
-			sum += m.GetUntyped().GetValue()
-		case m.Histogram != nil:
-			sum += float64(m.GetHistogram().GetSampleCount())
-		}
-	}
-	return sum
-}
-
-func hasLabels(m *dto.Metric, want map[string]string) bool {
-	for k, v := range want {
-		found := false
-		for _, lp := range m.GetLabel() {
-			if lp.GetName() == k && lp.GetValue() == v {
-				found = true
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
+// sumOf sums the samples of metric name whose labels include labels.
+func sumOf(mfs promscrape.Families, name string, labels map[string]string) float64 {
+	return mfs.Sum(name, labels)
 }
 
 // countWhere counts the samples of gauge name equal to v (none when the
 // gauge has no series at all).
-func countWhere(mfs map[string]*dto.MetricFamily, name string, v float64) float64 {
+func countWhere(mfs promscrape.Families, name string, v float64) float64 {
 	mf := mfs[name]
 	n := 0.0
 	for _, m := range mf.GetMetric() {
@@ -111,7 +48,7 @@ func countWhere(mfs map[string]*dto.MetricFamily, name string, v float64) float6
 
 // buckets merges the cumulative buckets of histogram name (every series):
 // upper bound → count.
-func buckets(mfs map[string]*dto.MetricFamily, name string) map[float64]float64 {
+func buckets(mfs promscrape.Families, name string) map[float64]float64 {
 	mf, ok := mfs[name]
 	if !ok {
 		return nil
@@ -246,7 +183,7 @@ func (sc *scraper) histDelta(member, key string, cum map[float64]float64) map[fl
 func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]float64 {
 	type page struct {
 		m   *Member
-		mfs map[string]*dto.MetricFamily
+		mfs promscrape.Families
 	}
 	var mu sync.Mutex
 	var pages []page
@@ -324,6 +261,7 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 			set(pre+"_breakers_half_open", countWhere(mfs, "levee_gateway_verifier_breaker_state", 1))
 			set(pre+"_autopilot", sumOf(mfs, "levee_gateway_autopilot_engaged", nil))
 			set(pre+"_fleet_retries", sc.delta(name, "fleet_retries", sumOf(mfs, "levee_gateway_fleet_retries_total", nil)))
+			set(pre+"_margin", sumOf(mfs, "levee_gateway_bistability_margin", nil))
 		case RoleVerifier:
 			anyVerifier = true
 			set(pre+"_expected_ms", 1000*sumOf(mfs, "levee_verifier_expected_service_seconds", nil))

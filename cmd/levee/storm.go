@@ -93,7 +93,9 @@ func parseStorm(args []string, stderr io.Writer, lookup func(string) (string, bo
 	fs.DurationVar(&cfg.Ramp.Up, "ramp-up", cfg.Ramp.Up, "ramp: time from low to high")
 	fs.DurationVar(&cfg.Ramp.Down, "ramp-down", cfg.Ramp.Down, "ramp: time from high back to low")
 	fs.DurationVar(&cfg.Ramp.Hold, "ramp-hold", cfg.Ramp.Hold, "ramp: time held at low before and after")
-	source := fs.String("fleet", string(cfg.Source), "where the fleet comes from: local (processes started here) or target (-target)")
+	source := fs.String("fleet", string(cfg.Source), "where the fleet comes from: local (processes started here), compose (docker-compose.yml; scripts/docker-up.sh builds its images) or target (-target)")
+	fs.StringVar(&cfg.Compose.Root, "compose-dir", "", "compose fleet: the directory of docker-compose.yml (default: the source tree here)")
+	fs.StringVar(&cfg.Compose.Project, "compose-project", "", "compose fleet: the compose project name (default: compose's own, as scripts/docker-up.sh)")
 	fleets := fs.String("fleets", strings.Join(cfg.Fleets, ","), "local fleets to run, in order: levee, control, or both")
 	fs.StringVar(&cfg.Target, "target", "", "Verify service to call with -fleet target (host:port)")
 	targetMetrics := fs.String("target-metrics", "", "comma-separated /metrics URLs to scrape with -fleet target")
@@ -163,6 +165,11 @@ func parseStorm(args []string, stderr io.Writer, lookup func(string) (string, bo
 		cfg.Local.Dir = filepath.Join(cfg.Out, "fleet")
 	}
 	cfg.Source = storm.Source(*source)
+	if cfg.Source == storm.Compose && cfg.Compose.Root == "" {
+		if wd, err := os.Getwd(); err == nil {
+			cfg.Compose.Root = storm.ModuleRoot(wd)
+		}
+	}
 	cfg.Fleets = splitList(*fleets)
 	cfg.TargetMetrics = splitList(*targetMetrics)
 	cfg.Local.VerifierFlags, cfg.Local.GatewayFlags, cfg.Local.BudgetdFlags = strings.Fields(*vflags), strings.Fields(*gflags), strings.Fields(*bflags)

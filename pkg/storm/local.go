@@ -182,7 +182,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig, unguarded bool) (_ *Fleet,
 		if unguarded {
 			args = append(args, "-unguarded")
 		} else {
-			args = append(args, "-etcd", etcdURL, "-registry-ttl", "2s")
+			args = append(args, "-etcd", etcdURL)
 		}
 		if err := add(m, "verifier", append(args, cfg.VerifierFlags...), grpcServing(addr, "")); err != nil {
 			return nil, err

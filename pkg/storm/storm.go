@@ -64,6 +64,8 @@ type Source string
 const (
 	// Local starts the fleets as processes on this machine (StartLocal).
 	Local Source = "local"
+	// Compose runs the fleet of docker-compose.yml (StartCompose).
+	Compose Source = "compose"
 	// Target calls a running Verify service; triggers can only spike it.
 	Target Source = "target"
 )
@@ -81,6 +83,7 @@ type Config struct {
 	TargetMetrics []string
 
 	Local      LocalConfig
+	Compose    ComposeConfig
 	Clients    Clients
 	Capacity   CapacityConfig
 	Experiment Experiment
@@ -134,8 +137,12 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("storm: unknown mode %q", c.Mode))
 	}
 	switch c.Source {
-	case Local:
-		errs = append(errs, c.Local.Validate())
+	case Local, Compose:
+		if c.Source == Local {
+			errs = append(errs, c.Local.Validate())
+		} else if c.Compose.Root == "" {
+			errs = append(errs, errors.New("storm: the compose fleet needs the directory of docker-compose.yml"))
+		}
 		if len(c.Fleets) == 0 {
 			errs = append(errs, errors.New("storm: no fleet to run (want levee, control or both)"))
 		}
@@ -149,7 +156,7 @@ func (c Config) Validate() error {
 			errs = append(errs, errors.New("storm: a target source needs a Target address"))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("storm: unknown fleet source %q (want local or target)", c.Source))
+		errs = append(errs, fmt.Errorf("storm: unknown fleet source %q (want local, compose or target)", c.Source))
 	}
 	errs = append(errs, c.Clients.Validate(), c.Capacity.Validate())
 	return errors.Join(errs...)
@@ -250,6 +257,13 @@ func runOne(ctx context.Context, cfg Config, name string, q request, e Experimen
 	switch cfg.Source {
 	case Local:
 		if f, err = StartLocal(ctx, cfg.Local, name == "control"); err != nil {
+			return nil, err
+		}
+	case Compose:
+		if cfg.Compose.Logger == nil {
+			cfg.Compose.Logger = cfg.Logger
+		}
+		if f, err = StartCompose(ctx, cfg.Compose, name == "control"); err != nil {
 			return nil, err
 		}
 	case Target:

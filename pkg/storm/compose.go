@@ -1,0 +1,263 @@
+package storm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ComposeConfig describes the compose fleet of docker-compose.yml as the lab
+// runs it: with deploy/storm/docker-compose.storm.yml on top (ports for the
+// lab on 127.0.0.1, the lab's hashing policy, the capacity knob), and for
+// the control also deploy/storm/docker-compose.unguarded.yml.
+type ComposeConfig struct {
+	// Root is the directory holding docker-compose.yml and deploy/.
+	Root string
+	// Project is the compose project name (that of scripts/docker-up.sh
+	// when empty: the directory's name).
+	Project string
+	// StartTimeout bounds each (re)start of the Levee services.
+	StartTimeout time.Duration
+	Logger       *slog.Logger
+}
+
+// The published ports of docker-compose.storm.yml, one home for them here:
+// verifier i (from 1) at 1771i (gRPC) and 1971i (metrics), budgetd i at
+// 1772i and 1972i; the gateway at docker-compose.yml's 7700 and 9700.
+const (
+	composeVerifiers = 3
+	composeBudgetds  = 2
+	composeEtcds     = 3
+)
+
+func composeVerifierPort(i int) (grpcPort, metricsPort int) { return 17710 + i, 19710 + i }
+func composeBudgetdPort(i int) (grpcPort, metricsPort int)  { return 17720 + i, 19720 + i }
+
+// leveeServices are the services a fresh compose fleet recreates; etcd keeps
+// running across experiments.
+var leveeServices = []string{"budgetd1", "budgetd2", "verifier1", "verifier2", "verifier3", "gateway"}
+
+func (c ComposeConfig) files(unguarded bool) []string {
+	fs := []string{"docker-compose.yml", filepath.Join("deploy", "storm", "docker-compose.storm.yml")}
+	if unguarded {
+		fs = append(fs, filepath.Join("deploy", "storm", "docker-compose.unguarded.yml"))
+	}
+	return fs
+}
+
+// compose runs docker compose (v2) or docker-compose (v1.27+) with the
+// fleet's files and args, in Root.
+func (c ComposeConfig) compose(ctx context.Context, unguarded bool, args ...string) (string, error) {
+	var base []string
+	if c.Project != "" {
+		base = append(base, "-p", c.Project)
+	}
+	for _, f := range c.files(unguarded) {
+		base = append(base, "-f", f)
+	}
+	name, pre := "docker-compose", []string(nil)
+	if err := exec.CommandContext(ctx, "docker", "compose", "version").Run(); err == nil {
+		name, pre = "docker", []string{"compose"}
+	}
+	cmd := exec.CommandContext(ctx, name, append(append(pre, base...), args...)...)
+	cmd.Dir = c.Root
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("storm: %s %s: %w\n%s", name, strings.Join(args, " "), err, out.String())
+	}
+	return out.String(), nil
+}
+
+// docker runs one docker command.
+func docker(ctx context.Context, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("storm: docker %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// StartCompose (re)creates the Levee services of the compose fleet — the
+// guarded fleet, or with unguarded the control — and returns once the
+// gateway sees every verifier serving. etcd is started if it is not running
+// and otherwise left alone. The images must exist: scripts/docker-up.sh
+// builds them. Close resumes and lifts every member; the fleet stays up
+// (scripts/docker-down.sh removes it).
+func StartCompose(ctx context.Context, cfg ComposeConfig, unguarded bool) (*Fleet, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = 3 * time.Minute
+	}
+	if _, err := docker(ctx, "image", "inspect", "levee/levee:dev"); err != nil {
+		return nil, fmt.Errorf("storm: the compose fleet's image is missing; build it with scripts/docker-up.sh: %w", err)
+	}
+	name := "levee"
+	if unguarded {
+		name = "control"
+	}
+	sctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer cancel()
+	if _, err := cfg.compose(sctx, unguarded, "up", "-d", "etcd1", "etcd2", "etcd3"); err != nil {
+		return nil, err
+	}
+	if _, err := cfg.compose(sctx, unguarded, append([]string{"up", "-d", "--force-recreate", "--no-deps"}, leveeServices...)...); err != nil {
+		return nil, err
+	}
+	f := &Fleet{Name: name, Target: "127.0.0.1:7700"}
+	container := func(service string) (string, error) {
+		id, err := cfg.compose(sctx, unguarded, "ps", "-q", service)
+		id = strings.TrimSpace(id)
+		if err == nil && id == "" {
+			err = fmt.Errorf("storm: compose service %s has no container", service)
+		}
+		return id, err
+	}
+	var budgetds []string
+	add := func(m *Member, service string, ready func(context.Context) error) error {
+		id, err := container(service)
+		if err != nil {
+			return err
+		}
+		m.ctl = &containerCtl{id: id, ready: ready}
+		f.Members = append(f.Members, m)
+		return nil
+	}
+	for i := 1; i <= composeEtcds; i++ {
+		if err := add(&Member{Name: "etcd-" + strconv.Itoa(i), Role: RoleEtcd}, "etcd"+strconv.Itoa(i), nil); err != nil {
+			return nil, err
+		}
+	}
+	for i := 1; i <= composeBudgetds; i++ {
+		gp, mp := composeBudgetdPort(i)
+		addr := "127.0.0.1:" + strconv.Itoa(gp)
+		m := &Member{Name: "budgetd-" + strconv.Itoa(i), Role: RoleBudgetd, Addr: addr,
+			Metrics: "http://127.0.0.1:" + strconv.Itoa(mp) + "/metrics", advertised: "budgetd" + strconv.Itoa(i) + ":7702"}
+		if err := add(m, "budgetd"+strconv.Itoa(i), grpcServing(addr, "")); err != nil {
+			return nil, err
+		}
+		budgetds = append(budgetds, addr)
+	}
+	for i := 1; i <= composeVerifiers; i++ {
+		gp, mp := composeVerifierPort(i)
+		addr := "127.0.0.1:" + strconv.Itoa(gp)
+		m := &Member{Name: "verifier-" + strconv.Itoa(i), Role: RoleVerifier, Addr: addr, Metrics: "http://127.0.0.1:" + strconv.Itoa(mp) + "/metrics"}
+		if err := add(m, "verifier"+strconv.Itoa(i), grpcServing(addr, "")); err != nil {
+			return nil, err
+		}
+	}
+	gw := &Member{Name: "gateway-1", Role: RoleGateway, Addr: f.Target, Metrics: "http://127.0.0.1:9700/metrics"}
+	if err := add(gw, "gateway", gatewaySees(f.Target, gw.Metrics, composeVerifiers)); err != nil {
+		return nil, err
+	}
+	if !unguarded {
+		f.Budgetd = strings.Join(budgetds, ",")
+	}
+	for _, m := range f.Members {
+		if c := m.ctl.(*containerCtl); c.ready != nil {
+			if err := c.ready(sctx); err != nil {
+				return nil, fmt.Errorf("storm: compose %s not ready: %w", m.Name, err)
+			}
+		}
+	}
+	f.close = func() error {
+		var errs []error
+		for _, m := range f.Members {
+			c := m.ctl.(*containerCtl)
+			errs = append(errs, c.lift())
+		}
+		return errors.Join(errs...)
+	}
+	log.Info("compose fleet up", "fleet", name, "gateway", f.Target)
+	return f, nil
+}
+
+// containerCtl acts on one container of the compose fleet.
+type containerCtl struct {
+	id     string
+	ready  func(context.Context) error
+	paused bool
+	cut    bool
+}
+
+var _ controller = (*containerCtl)(nil)
+
+func (c *containerCtl) run(args ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := docker(ctx, append(args, c.id)...)
+	return err
+}
+
+// pause freezes the container. Freezing a busy container's cgroup can fail
+// while its threads keep changing ("unable to freeze"); it is tried again a
+// few times before the trigger gives up.
+func (c *containerCtl) pause() error {
+	var err error
+	for try := range 5 {
+		if try > 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err = c.run("pause"); err == nil {
+			c.paused = true
+			return nil
+		}
+	}
+	return err
+}
+
+func (c *containerCtl) resume() error {
+	if !c.paused {
+		return nil
+	}
+	if err := c.run("unpause"); err != nil {
+		return err
+	}
+	c.paused = false
+	return nil
+}
+
+func (c *containerCtl) kill() error { return c.run("kill") }
+
+func (c *containerCtl) restart(ctx context.Context) error {
+	if err := c.run("start"); err != nil {
+		return err
+	}
+	if c.ready == nil {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return c.ready(rctx)
+}
+
+// limitCPU sets docker's CPU quota on the container; 0 lifts it.
+func (c *containerCtl) limitCPU(cores float64) error {
+	if err := c.run("update", "--cpus", strconv.FormatFloat(cores, 'f', 3, 64)); err != nil {
+		return err
+	}
+	c.cut = cores > 0
+	return nil
+}
+
+// lift undoes whatever a trigger left: unpaused, no CPU quota.
+func (c *containerCtl) lift() error {
+	var errs []error
+	if c.paused {
+		errs = append(errs, c.resume())
+	}
+	if c.cut {
+		errs = append(errs, c.limitCPU(0))
+	}
+	return errors.Join(errs...)
+}

@@ -241,12 +241,31 @@ func (c *containerCtl) restart(ctx context.Context) error {
 	return c.ready(rctx)
 }
 
-// limitCPU sets docker's CPU quota on the container; 0 lifts it.
+// limitCPU sets docker's CPU quota on the container; 0 lifts it. Docker
+// ignores --cpus 0, so lifting sets the quota to every CPU of the Docker
+// host, which is no limit at all (and the fleet's next start recreates the
+// container without one).
 func (c *containerCtl) limitCPU(cores float64) error {
+	if cores == 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		n, err := docker(ctx, "info", "--format", "{{.NCPU}}")
+		if err != nil {
+			return err
+		}
+		if _, err := strconv.Atoi(n); err != nil {
+			return fmt.Errorf("storm: docker info: NCPU %q: %w", n, err)
+		}
+		if err := c.run("update", "--cpus", n); err != nil {
+			return err
+		}
+		c.cut = false
+		return nil
+	}
 	if err := c.run("update", "--cpus", strconv.FormatFloat(cores, 'f', 3, 64)); err != nil {
 		return err
 	}
-	c.cut = cores > 0
+	c.cut = true
 	return nil
 }
 

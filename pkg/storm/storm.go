@@ -141,7 +141,7 @@ func (c Config) Validate() error {
 		if c.Source == Local {
 			errs = append(errs, c.Local.Validate())
 		} else if c.Compose.Root == "" {
-			errs = append(errs, errors.New("storm: the compose fleet needs the directory of docker-compose.yml"))
+			errs = append(errs, errors.New("storm: the compose fleet needs the directory of docker-compose.yml: run from the source tree, or give -compose-dir"))
 		}
 		if len(c.Fleets) == 0 {
 			errs = append(errs, errors.New("storm: no fleet to run (want levee, control or both)"))

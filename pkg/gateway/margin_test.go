@@ -66,3 +66,40 @@ func TestBistabilityMarginGauges(t *testing.T) {
 		})
 	}
 }
+
+// TestMarginArithmeticByFleetKind: with the inputs fixed (one verifier, 1
+// worker, 50 ms hashes: C = 20/s; 15 first attempts a second, 3 attempts
+// assumed), a guarded gateway sheds (no congested state below C: the load
+// after a trigger is A) and an unguarded one queues (3A = 45 > C: stuck).
+func TestMarginArithmeticByFleetKind(t *testing.T) {
+	for _, tc := range []struct {
+		unguarded bool
+		load      float64
+	}{{false, 15}, {true, 45}} {
+		cfg := gatewayConfig("127.0.0.1:1") // never dialled: nothing is sent
+		cfg.Unguarded = tc.unguarded
+		g, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := g.backends.list()[0]
+		b.serving.Store(true)
+		b.workers.Store(1)
+		for range serviceSamples {
+			b.service.observe(50 * time.Millisecond)
+		}
+		b.service.observe(10 * time.Second) // one hash that spanned a pause: the median ignores it
+		g.updateMargin(15)
+		got := func(name string) float64 { return gather(t, g.Registry(), name, nil) }
+		if c := got("levee_gateway_margin_capacity_per_second"); math.Abs(c-20) > 1e-9 {
+			t.Errorf("unguarded %v: capacity %v, want 20", tc.unguarded, c)
+		}
+		if l := got("levee_gateway_margin_congested_load_per_second"); math.Abs(l-tc.load) > 1e-6 {
+			t.Errorf("unguarded %v: load after a trigger %v, want %v", tc.unguarded, l, tc.load)
+		}
+		if m, want := got("levee_gateway_bistability_margin"), 1-tc.load/20; math.Abs(m-want) > 1e-9 {
+			t.Errorf("unguarded %v: margin %v, want %v", tc.unguarded, m, want)
+		}
+		g.Close()
+	}
+}

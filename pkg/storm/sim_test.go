@@ -60,6 +60,15 @@ func TestSimSeedArithmetic(t *testing.T) {
 			if v.Stuck && v.AfterFraction > 0.01 {
 				t.Errorf("stuck at %.3f of baseline, want 0", v.AfterFraction)
 			}
+			// Levee hashes for a caller who left only what was running when
+			// the stall began (100 workers); a plain fleet hashes its whole
+			// backlog.
+			if tc.guarded && v.Wasted > 150 {
+				t.Errorf("guarded fleet wasted %v hashes, want at most the 100 running at the stall (and a few)", v.Wasted)
+			}
+			if !tc.guarded && v.Wasted < 10000 {
+				t.Errorf("plain fleet wasted %v hashes, want its backlog (thousands)", v.Wasted)
+			}
 		})
 	}
 }

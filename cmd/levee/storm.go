@@ -50,7 +50,7 @@ func stormCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	cfg.Progress = stdout
-	cfg.Command = strings.Join(append([]string{"levee storm"}, args...), " ")
+	cfg.Command = strings.Join(append([]string{"levee storm"}, reportedArgs(args)...), " ")
 	if cfg.Source == storm.Local && cfg.Local.Bin.Dir == "" {
 		bin, err := stormBinaries(ctx, stderr)
 		if err != nil {
@@ -212,6 +212,24 @@ func parseStorm(args []string, stderr io.Writer, lookup func(string) (string, bo
 		}
 	}
 	return cfg, *verbose, cfg.Validate()
+}
+
+// reportedArgs are the arguments a report quotes: those that shape the
+// experiment, without the ones naming this machine's directories.
+func reportedArgs(args []string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		switch name {
+		case "bin", "fleet-dir", "compose-dir":
+			if !hasValue {
+				i++ // the value is the next argument
+			}
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
 }
 
 // stormBinaries finds the fleet's programs next to this one (an install of

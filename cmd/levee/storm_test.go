@@ -76,3 +76,10 @@ func TestStormSim(t *testing.T) {
 		}
 	}
 }
+
+func TestReportedArgs(t *testing.T) {
+	got := strings.Join(reportedArgs([]string{"-bin", "/x/bin", "-load", "0.5", "--fleet-dir=/tmp/f", "-compose-dir", "/src", "-grid"}), " ")
+	if got != "-load 0.5 -grid" {
+		t.Errorf("reported %q, want the experiment's flags only", got)
+	}
+}

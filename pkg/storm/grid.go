@@ -83,7 +83,7 @@ func (g Grid) cells(template Experiment) []Experiment {
 var summaryHeader = []string{"fleet", "trigger", "targets", "duration_s", "load", "seed", "capacity_per_s",
 	"baseline_per_s", "baseline_success_ratio", "during_per_s", "after_per_s", "after_success_ratio", "after_fraction",
 	"recovered", "recovery_s", "stuck", "wasted_hashes", "wasted_after_trigger", "retry_ratio",
-	"latency_p50_ms", "latency_p99_ms", "lab_cpu_cores"}
+	"latency_p50_ms", "latency_p99_ms", "lab_cpu_cores", "host_cpu_cores", "other_cpu_cores"}
 
 // writeSummary writes one row per result.
 func writeSummary(w io.Writer, results []*Result) error {
@@ -108,7 +108,8 @@ func writeSummary(w io.Writer, results []*Result) error {
 			f(v.Baseline, 1), f(v.BaselineRatio, 4), f(v.During, 1), f(v.After, 1), f(v.AfterRatio, 4), f(v.AfterFraction, 4),
 			strconv.FormatBool(v.Recovered), rec, strconv.FormatBool(v.Stuck), f(v.Wasted, 0), f(v.WastedAfter, 0),
 			f(v.RetryRatio, 3), f(float64(v.LatencyP50)/1e6, 1), f(float64(v.LatencyP99)/1e6, 1),
-			f(meanKnown(r.Series.Scraped(colLabCPU), 0, r.Obs.to), 2)}
+			f(meanKnown(r.Series.Scraped(colLabCPU), 0, r.Obs.to), 2),
+			f(meanKnown(r.Series.Scraped(colHostCPU), 0, r.Obs.to), 2), f(meanKnown(r.Series.otherCPU(), 0, r.Obs.to), 2)}
 		if err := cw.Write(row); err != nil {
 			return err
 		}

@@ -3,7 +3,10 @@ package storm
 import (
 	"context"
 	"math"
+	"os"
+	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +22,7 @@ const (
 	colQueueP50    = "queue_wait_p50_ms"
 	colQueueP99    = "queue_wait_p99_ms"
 	colLabCPU      = "lab_cpu"
+	colHostCPU     = "host_cpu"
 	colLimit       = "gw_limit"
 	colBreakerOpen = "gw_breakers_open"
 )
@@ -112,6 +116,7 @@ type scraper struct {
 	prevHist map[string]map[string]map[float64]float64 // member → histogram → buckets
 	prevCPU  time.Duration
 	prevAt   time.Time
+	prevHost [2]float64 // /proc/stat busy and total jiffies
 }
 
 func newScraper(f *Fleet, keys []string) *scraper {
@@ -235,6 +240,12 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 	} else {
 		sc.prevCPU, sc.prevAt = cpu, now
 	}
+	if busy, total, ok := hostCPU(); ok {
+		if db, dt := busy-sc.prevHost[0], total-sc.prevHost[1]; sc.prevHost[1] > 0 && dt > 0 {
+			out[colHostCPU] = db / dt * float64(runtime.NumCPU())
+		}
+		sc.prevHost = [2]float64{busy, total}
+	}
 	for _, k := range sc.keys {
 		if v, ok := tokens[k]; ok {
 			out["budget_tokens_"+k] = v
@@ -262,6 +273,7 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 			set(pre+"_autopilot", sumOf(mfs, "levee_gateway_autopilot_engaged", nil))
 			set(pre+"_fleet_retries", sc.delta(name, "fleet_retries", sumOf(mfs, "levee_gateway_fleet_retries_total", nil)))
 			set(pre+"_margin", sumOf(mfs, "levee_gateway_bistability_margin", nil))
+			set(pre+"_late", sc.delta(name, "late", sumOf(mfs, "levee_gateway_late_total", nil)))
 		case RoleVerifier:
 			anyVerifier = true
 			set(pre+"_expected_ms", 1000*sumOf(mfs, "levee_verifier_expected_service_seconds", nil))
@@ -305,4 +317,34 @@ func selfCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// hostCPU reads the whole machine's busy and total CPU time (jiffies) from
+// /proc/stat: with lab_cpu and the members' own, it shows whether anything
+// else was running during an experiment. ok is false where there is no
+// /proc/stat.
+func hostCPU() (busy, total float64, ok bool) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, 0, false
+	}
+	for i, v := range f[1:] {
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		if i >= 8 { // guest time is already in user
+			break
+		}
+		total += x
+		if i != 3 && i != 4 { // idle, iowait
+			busy += x
+		}
+	}
+	return busy, total, true
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -232,3 +233,28 @@ func (s *Series) WriteCSV(w io.Writer) error {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// otherCPU is, per second, the cores the machine was busy beyond the lab and
+// the fleet's members (host_cpu − lab_cpu − every member's _cpu): another
+// workload competing with the experiment. NaN where host_cpu is unknown; a
+// member not scraped (a paused one) counts as idle.
+func (s *Series) otherCPU() []float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]float64, len(s.scraped))
+	for i, m := range s.scraped {
+		host, ok := m[colHostCPU]
+		if !ok {
+			out[i] = math.NaN()
+			continue
+		}
+		used := 0.0
+		for k, v := range m {
+			if strings.HasSuffix(k, "_cpu") && k != colHostCPU && !math.IsNaN(v) {
+				used += v
+			}
+		}
+		out[i] = host - used
+	}
+	return out
+}

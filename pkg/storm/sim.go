@@ -155,7 +155,10 @@ func Simulate(c SimConfig) (*Result, error) {
 	if c.leaseFor == 0 {
 		c.leaseFor = 3 * time.Second
 	}
-	s := newSim(c)
+	s, err := newSim(c)
+	if err != nil {
+		return nil, err
+	}
 	s.run()
 	e := Experiment{Load: c.Load, Warmup: c.Warmup, Baseline: c.Baseline, After: c.After, AfterWindow: c.AfterWindow, Seed: c.Seed,
 		Trigger: Trigger{Kind: Stop, Targets: "verifiers", Duration: c.TriggerDuration}}
@@ -267,7 +270,7 @@ type simAttempt struct {
 	job      *simJob
 }
 
-func newSim(c SimConfig) *sim {
+func newSim(c SimConfig) (*sim, error) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	secs := int(math.Ceil((c.total() + time.Duration(c.Attempts)*c.Timeout).Seconds())) + 2
 	s := &sim{c: c, now: start, start: start, end: start.Add(c.total()), rng: rand.New(rand.NewPCG(c.Seed, 0x73696d)),
@@ -276,12 +279,15 @@ func newSim(c SimConfig) *sim {
 		s.verifiers = append(s.verifiers, &simVerifier{running: map[*simJob]bool{}})
 	}
 	if c.Guarded {
+		// The gateway's ceiling as it fits it: the fleet's slots (a worker
+		// each) over the share below critical.
 		ac := admission.DefaultConfig()
 		ac.Clock = s
-		ac.Ceiling = c.Verifiers * c.Workers * 2
+		ac.Ceiling = max(int(math.Ceil(float64(c.Verifiers*c.Workers)/(1-ac.CriticalReserve))), ac.MinLimit)
+		ac.InitialLimit = min(ac.InitialLimit, ac.Ceiling)
 		var err error
 		if s.limiter, err = admission.New(ac); err != nil {
-			panic(fmt.Sprintf("sim: admission: %v", err)) // the defaults are valid
+			return nil, fmt.Errorf("sim: admission: %w", err)
 		}
 		for range c.Verifiers {
 			bc := breaker.DefaultConfig()
@@ -289,7 +295,7 @@ func newSim(c SimConfig) *sim {
 			bc.Rand = s.rng.Float64
 			b, err := breaker.New(bc)
 			if err != nil {
-				panic(fmt.Sprintf("sim: breaker: %v", err))
+				return nil, fmt.Errorf("sim: breaker: %w", err)
 			}
 			s.breakers = append(s.breakers, b)
 		}
@@ -305,7 +311,7 @@ func newSim(c SimConfig) *sim {
 			s.at(start.Add(time.Duration(s.rng.Float64()*float64(c.reportEvery))), func() { s.report(p) })
 		}
 	}
-	return s
+	return s, nil
 }
 
 func (s *sim) run() {

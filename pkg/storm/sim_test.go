@@ -93,3 +93,24 @@ func TestSimulateDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestSimSmallFleet simulates the lab's own small fleet (2 verifiers of one
+// worker, C ≈ 140/s), as every single experiment's report does beside the
+// real run: it must build (its limiter's ceiling is below the default
+// initial limit) and the plain fleet must stick after a 10 s stall at 0.7 C.
+func TestSimSmallFleet(t *testing.T) {
+	t.Parallel()
+	for _, guarded := range []bool{false, true} {
+		c := SimConfig{Verifiers: 2, Workers: 1, Service: 14 * time.Millisecond, Jitter: 0.1, Guarded: guarded, Budget: NoBudget,
+			Ratio: 0.1, Burst: 10, MinPerSecond: 1, Processes: 1, Attempts: 3, Timeout: 2 * time.Second, Load: 0.7,
+			Warmup: 5 * time.Second, Baseline: 15 * time.Second, After: 30 * time.Second, AfterWindow: 10 * time.Second,
+			TriggerDuration: 10 * time.Second, Seed: 1}
+		r, err := Simulate(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Verdict.Stuck == guarded {
+			t.Errorf("%s: stuck %v, want %v", c.Name(), r.Verdict.Stuck, !guarded)
+		}
+	}
+}

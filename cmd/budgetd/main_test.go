@@ -11,10 +11,15 @@ import (
 	"go.uber.org/goleak"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+	"github.com/leveehq/levee/internal/testlock"
 	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// These tests measure time: not beside the lab's (see testlock).
+	testlock.Shared()
+	goleak.VerifyTestMain(m)
+}
 
 // TestStatusSubcommand: `budgetd status -addr A -key K` prints the
 // leader's table for K.

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+	"github.com/leveehq/levee/internal/testlock"
 	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
 )
@@ -29,6 +30,8 @@ import (
 // Every test starts replicas with gRPC, HTTP, etcd clients and embedded
 // etcd servers; none of their goroutines may outlive the tests.
 func TestMain(m *testing.M) {
+	// These tests measure time: not beside the lab's (see testlock).
+	testlock.Shared()
 	goleak.VerifyTestMain(m)
 }
 

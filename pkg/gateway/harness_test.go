@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/internal/testlock"
 	"github.com/leveehq/levee/pkg/admission"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/deadline"
@@ -31,6 +32,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// These tests measure time: not beside the lab's (see testlock).
+	testlock.Shared()
 	goleak.VerifyTestMain(m)
 }
 

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/leveehq/levee/internal/testlock"
 	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
 	"github.com/leveehq/levee/pkg/registry"
 )
@@ -28,6 +29,8 @@ import (
 // Every test runs etcd clients, keep-alive loops and an embedded etcd; none
 // of their goroutines may outlive the tests.
 func TestMain(m *testing.M) {
+	// These tests measure time: not beside the lab's (see testlock).
+	testlock.Shared()
 	goleak.VerifyTestMain(m)
 }
 

@@ -10,9 +10,15 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/leveehq/levee/internal/testlock"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// The lab's tests drive fleets at capacity: they run alone (see testlock).
+	testlock.Exclusive()
+	goleak.VerifyTestMain(m)
+}
 
 func quietLogger() *slog.Logger {
 	if os.Getenv("LEVEE_TEST_LOG") != "" {

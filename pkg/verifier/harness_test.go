@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/internal/testlock"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/deadline"
 	"github.com/leveehq/levee/pkg/verify"
@@ -32,6 +33,8 @@ import (
 // Every test starts a real server with workers, gRPC and HTTP goroutines;
 // none may outlive it.
 func TestMain(m *testing.M) {
+	// These tests measure time: not beside the lab's (see testlock).
+	testlock.Shared()
 	goleak.VerifyTestMain(m)
 }
 

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+	"github.com/leveehq/levee/internal/testlock"
 	"github.com/leveehq/levee/pkg/budget"
 	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
@@ -22,6 +23,8 @@ import (
 // Replicas, etcd servers and 500 Clients start goroutines; none may outlive
 // the tests.
 func TestMain(m *testing.M) {
+	// These tests measure time: not beside the lab's (see testlock).
+	testlock.Shared()
 	goleak.VerifyTestMain(m)
 }
 

@@ -9,10 +9,11 @@
 //     its priority class's share, is refused at once with RESOURCE_EXHAUSTED
 //     and a jittered grpc-retry-pushback-ms trailer. The refusal path formats
 //     nothing, logs nothing and makes no network call.
-//   - Deadlines. A call whose remaining deadline cannot cover the expected
-//     verification (learnt from the verifiers' own service times for the
-//     stored hash's parameters) is refused before any hop; a forwarded call
-//     carries the remaining duration less Deadline.Margin.
+//   - Deadlines. A forwarded call carries the remaining duration less
+//     Deadline.Margin; one with less than the margin left is refused before
+//     any hop. Whether the rest covers a hash is the chosen verifier's to
+//     say, from its own calibrated cost: the gateway keeps no estimate of its
+//     own that one verifier's stall could poison for the fleet.
 //   - Balancing on outstanding work: the power of two choices over the
 //     verifiers that serve (each one's gRPC health stream) and whose circuit
 //     breaker (pkg/breaker) admits the call; a half-open breaker admits a
@@ -88,8 +89,6 @@ type Gateway struct {
 	limiter  *admission.Limiter
 	backends *backends
 	parser   *verify.Verifier
-	cost     *verify.CostModel
-	hashCost atomic.Int64 // EWMA of a Hash call's service time, ns (0: unknown)
 
 	etcd    *clientv3.Client
 	budgets *budget.Client
@@ -134,7 +133,6 @@ func New(cfg Config) (*Gateway, error) {
 		reg:     cfg.Registry,
 		limiter: limiter,
 		parser:  parser,
-		cost:    verify.NewCostModel(),
 		health:  health.NewServer(),
 		streams: serving.NewStreams(),
 		calls:   newCallSet(),
@@ -443,22 +441,15 @@ func (g *Gateway) Verify(ctx context.Context, req *verifyv1.VerifyRequest) (*ver
 	if err := g.parser.CheckPassword(req.GetPassword()); err != nil {
 		return nil, g.invalid(f, b, err)
 	}
-	// A no_user call costs one hash under the verifiers' policy, as Hash
-	// does: it is costed (and learnt) as one.
-	var h *verify.Hash
-	expected := time.Duration(g.hashCost.Load())
 	if req.GetNoUser() {
 		if req.GetEncodedHash() != "" {
 			return nil, g.invalid(f, b, errNoUserWithHash)
 		}
-	} else {
-		if h, err = g.parser.Parse(req.GetEncodedHash()); err != nil {
-			return nil, g.invalid(f, b, err)
-		}
-		expected = g.cost.Estimate(h)
+	} else if _, err := g.parser.Parse(req.GetEncodedHash()); err != nil {
+		return nil, g.invalid(f, b, err)
 	}
 	var resp *verifyv1.VerifyResponse
-	err = g.serve(ctx, f, b, h, expected, func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error {
+	err = g.serve(ctx, f, b, func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error {
 		var err error
 		resp, err = c.Verify(ctx, req, opts...)
 		return err
@@ -485,7 +476,7 @@ func (g *Gateway) Hash(ctx context.Context, req *verifyv1.HashRequest) (*verifyv
 		return nil, g.invalid(f, b, err)
 	}
 	var resp *verifyv1.HashResponse
-	err = g.serve(ctx, f, b, nil, time.Duration(g.hashCost.Load()), func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error {
+	err = g.serve(ctx, f, b, func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error {
 		var err error
 		resp, err = c.Hash(ctx, req, opts...)
 		return err
@@ -538,20 +529,26 @@ func (g *Gateway) invalid(f callmeta.Facts, b *backend, err error) error {
 }
 
 // serve forwards an admitted call holding a slot on b: deadline check, hop,
-// at most one budgeted retry on another verifier, accounting. h is the
-// stored hash (nil for Hash and no_user), expected its expected service time.
-func (g *Gateway) serve(ctx context.Context, f callmeta.Facts, b *backend, h *verify.Hash, expected time.Duration, hop hopFunc) error {
+// at most one budgeted retry on another verifier, accounting.
+//
+// The gateway refuses before a hop only a call that cannot even be
+// forwarded (less than the deadline margin left): whether the rest leaves
+// time for a hash is each verifier's to say, from its own calibrated cost,
+// and its refusal is as cheap as the gateway's. A gateway-wide estimate
+// learnt from the verifiers' answers is what once let one stalled verifier
+// make the gateway refuse every short deadline while a healthy one idled.
+func (g *Gateway) serve(ctx context.Context, f callmeta.Facts, b *backend, hop hopFunc) error {
 	arrived := time.Now()
 	outcome := admission.Sample{Outcome: admission.OutcomeIgnore}
 	defer func() { g.releaseAdmission(f, outcome) }()
 
-	if !deadline.CanFinish(ctx, expected+g.cfg.Deadline.Margin) {
+	if !deadline.CanFinish(ctx, g.cfg.Deadline.Margin) {
 		b.release()
 		g.metrics.refuse(f, reasonIndexDeadline)
 		remaining, _ := deadline.Remaining(ctx)
 		return status.Errorf(codes.DeadlineExceeded,
-			"remaining deadline %v is shorter than the expected verification time %v; not forwarded",
-			remaining.Round(time.Millisecond), (expected + g.cfg.Deadline.Margin).Round(time.Millisecond))
+			"remaining deadline %v is shorter than the gateway's forwarding margin %v; not forwarded",
+			remaining.Round(time.Millisecond), g.cfg.Deadline.Margin)
 	}
 	p, a := classIndex(f)
 	g.metrics.admitted[p][a].Inc()
@@ -563,15 +560,15 @@ func (g *Gateway) serve(ctx context.Context, f callmeta.Facts, b *backend, h *ve
 	if g.retry != nil {
 		g.retry.RecordFirstAttempt()
 	}
-	res := g.hop(ctx, call, b, f, h, hop)
+	res := g.hop(ctx, call, b, f, hop)
 	if res.retryable {
-		if b2 := g.retryTarget(ctx, f, b, expected); b2 != nil {
+		if b2 := g.retryTarget(ctx, f, b); b2 != nil {
 			g.metrics.fleetRetries.Inc()
 			g.fleetRatio.add(false)
 			g.retry.RecordRetry()
 			rf := f
 			rf.Attempt = max(f.Attempt, 1) + 1
-			res = g.hop(ctx, call, b2, rf, h, hop)
+			res = g.hop(ctx, call, b2, rf, hop)
 		} else {
 			g.metrics.fleetNoBudget.Inc()
 		}
@@ -601,10 +598,10 @@ func (g *Gateway) serve(ctx context.Context, f callmeta.Facts, b *backend, h *ve
 
 // retryTarget returns the verifier to retry on, holding a slot there, or nil
 // when the retry is not allowed: no budget configured or no token, no time
-// left for a verification, or no other verifier with a free slot. A token is
+// left to forward, or no other verifier with a free slot. A token is
 // spent only when a target exists.
-func (g *Gateway) retryTarget(ctx context.Context, f callmeta.Facts, failed *backend, expected time.Duration) *backend {
-	if g.retry == nil || !deadline.CanFinish(ctx, expected+g.cfg.Deadline.Margin) {
+func (g *Gateway) retryTarget(ctx context.Context, f callmeta.Facts, failed *backend) *backend {
+	if g.retry == nil || !deadline.CanFinish(ctx, g.cfg.Deadline.Margin) {
 		return nil
 	}
 	b, _ := g.backends.pick(failed, g.slotQueue(f))
@@ -627,8 +624,8 @@ type hopResult struct {
 }
 
 // hop makes one call to b and accounts for it: breaker, per-verifier
-// metrics, cost model, queue wait for the limiter and the autopilot.
-func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f callmeta.Facts, h *verify.Hash, fn hopFunc) hopResult {
+// metrics, queue wait for the limiter and the autopilot.
+func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f callmeta.Facts, fn hopFunc) hopResult {
 	octx, cancel, err := g.cfg.Deadline.Outgoing(ctx)
 	if err != nil {
 		b.release()
@@ -664,11 +661,6 @@ func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f cal
 		}
 		if service > 0 {
 			b.service.observe(service)
-			if h != nil {
-				g.cost.Observe(h, service)
-			} else {
-				g.observeHashCost(service)
-			}
 		}
 	case codes.ResourceExhausted:
 		// Overloaded: a load signal for the limiter, not a node fault.
@@ -722,20 +714,6 @@ func trailerMicros(md metadata.MD, key string) time.Duration {
 		return -1
 	}
 	return time.Duration(us) * time.Microsecond
-}
-
-// observeHashCost folds a Hash call's service time into its EWMA.
-func (g *Gateway) observeHashCost(took time.Duration) {
-	for {
-		old := g.hashCost.Load()
-		next := int64(took)
-		if old > 0 {
-			next = old + (int64(took)-old)/5
-		}
-		if g.hashCost.CompareAndSwap(old, next) {
-			return
-		}
-	}
 }
 
 // ServingVerifiers returns how many verifiers the gateway would pick from now

@@ -41,7 +41,8 @@ const MaxTenantLabels = 32
 // latencyBuckets span 1 ms to ~33 s: from a cheap hash to a hopeless queue.
 var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2, 16)
 
-func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *verify.CostModel, policy *verify.Hash) *metrics {
+func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *verify.CostModel, policy *verify.Hash,
+	stall *stallDetector) *metrics {
 	m := &metrics{
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "levee_verifier_queue_wait_seconds",
@@ -109,8 +110,20 @@ func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *verify.Co
 		}, stat(func(s workpool.Stats) float64 { return b2f(s.LIFO) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "levee_verifier_expected_service_seconds",
-			Help: "Current estimate of one hash under the hashing policy.",
+			Help: "Current estimate of one hash under the hashing policy: the calibrated time times the stretch.",
 		}, func() float64 { return model.Estimate(policy).Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "levee_verifier_calibrated_service_seconds",
+			Help: "One hash under the hashing policy as the warm-up measured it, run alone.",
+		}, func() float64 { return model.Baseline(policy).Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "levee_verifier_cost_stretch",
+			Help: "How much slower than calibrated the policy's hashes ran lately (median, bounded; 1 without recent samples).",
+		}, func() float64 { return model.Stretch(policy) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "levee_verifier_stalls_total",
+			Help: "Times the process was seen not running for a while (a late ticker: SIGSTOP, a pause); runs that spanned one teach the cost model nothing.",
+		}, func() float64 { return float64(stall.stalls.Load()) }),
 	)
 	// Pre-create the label combinations so that every series exists at zero.
 	for _, rpc := range []string{"verify", "hash"} {

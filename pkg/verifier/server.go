@@ -115,6 +115,7 @@ type Server struct {
 	dummy   *verify.Hash // a hash under the policy of no password: no_user calls verify against it
 	pool    *workpool.Pool
 	model   *verify.CostModel
+	stall   *stallDetector
 	metrics *metrics
 	health  *health.Server
 	streams *serving.Streams // ended at the drain, so GracefulStop need not wait for them
@@ -158,7 +159,8 @@ func New(cfg Config) (*Server, error) {
 		v:       v,
 		policy:  v.PolicyHash(),
 		pool:    pool,
-		model:   verify.NewCostModel(),
+		model:   verify.NewCostModel(max(runtime.GOMAXPROCS(0)/cfg.Workers, 1), nil),
+		stall:   newStallDetector(),
 		health:  health.NewServer(),
 		streams: serving.NewStreams(),
 	}
@@ -189,7 +191,7 @@ func New(cfg Config) (*Server, error) {
 		pool.Close()
 		return nil, fmt.Errorf("verifier: no_user stand-in: %w", err)
 	}
-	s.metrics = newMetrics(s.reg, pool, s.model, s.policy)
+	s.metrics = newMetrics(s.reg, pool, s.model, s.policy, s.stall)
 	s.admin = newAdminServer(pool, cfg.Workers, cfg.EnableCapacityKnob, s.log)
 	s.load = newLoadReporter(pool, cfg.QueueCapacity)
 
@@ -279,6 +281,10 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) error {
 		return nil
 	})
 	stopHTTP := serving.HTTP(g, "verifier", mlis, promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	g.Go(func() error {
+		s.stall.run(gctx)
+		return nil
+	})
 	g.Go(func() error {
 		if err := s.warm(gctx); err != nil && gctx.Err() == nil {
 			s.log.Warn("warm-up failed; serving on the prior cost estimate", "err", err)
@@ -388,38 +394,62 @@ func (r *registrar) deregister(reg *registry.Registration) {
 	}
 }
 
-// warm runs policy hashes on every worker at once, twice: the first round
-// faults in the Argon2 memory before any caller pays for it, the second
-// measures the service time of a saturated node, which seeds the estimate
-// that admission projects queue waits with.
+// warm runs policy hashes: first on every worker at once, which faults in
+// each worker's Argon2 memory before any caller pays for it, then
+// calibrationHashes of them one at a time, with the machine otherwise idle:
+// their median calibrates the cost model (verify.CostModel.Calibrate). One
+// at a time, because hashes run at once share the cores and the memory
+// bandwidth, and the model's base is the time of a hash with its cores to
+// itself; the stretch learns the rest under load.
 func (s *Server) warm(ctx context.Context) error {
 	pw := []byte("levee warm-up")
-	for round := range 2 {
-		errs := make(chan error, s.cfg.Workers)
-		for range s.cfg.Workers {
-			go func() {
-				_, err := s.pool.Submit(ctx, 0, s.policy.MemoryBytes(), func() {
-					start := time.Now()
-					_, err := s.v.HashPassword(pw, rand.Reader)
-					if took := time.Since(start); err == nil && round == 1 {
-						s.model.Set(s.policy, took)
-					}
-				})
-				errs <- err
-			}()
-		}
-		var err error
-		for range s.cfg.Workers {
-			err = errors.Join(err, <-errs)
-		}
-		if err != nil {
+	errs := make(chan error, s.cfg.Workers)
+	for range s.cfg.Workers {
+		go func() {
+			_, err := s.pool.Submit(ctx, 0, s.policy.MemoryBytes(), func() {
+				_, _ = s.v.HashPassword(pw, rand.Reader)
+			})
+			errs <- err
+		}()
+	}
+	var err error
+	for range s.cfg.Workers {
+		err = errors.Join(err, <-errs)
+	}
+	if err != nil {
+		return err
+	}
+	// Free the first round's arrays so that the next reuses them.
+	runtime.GC()
+	took := make([]time.Duration, 0, calibrationHashes)
+	for range calibrationHashes {
+		var d time.Duration
+		var herr error
+		if _, err := s.pool.Submit(ctx, 0, s.policy.MemoryBytes(), func() {
+			start := time.Now()
+			_, herr = s.v.HashPassword(pw, rand.Reader)
+			d = time.Since(start)
+		}); err != nil {
 			return err
 		}
-		// Free the first round's arrays so that the second reuses them.
-		runtime.GC()
+		if herr != nil {
+			return herr
+		}
+		if !s.stall.spanned(time.Now().Add(-d), time.Now()) {
+			took = append(took, d)
+		}
 	}
+	if len(took) == 0 {
+		return errors.New("every calibration hash spanned a stall")
+	}
+	slices.Sort(took)
+	s.model.Calibrate(s.policy, took[len(took)/2], runtime.GOMAXPROCS(0))
 	return nil
 }
+
+// calibrationHashes is how many warm-up hashes, run one at a time, calibrate
+// the cost model: the median of five ignores two outliers.
+const calibrationHashes = 5
 
 // drain takes the node out of service: NOT_SERVING, refuse new work, let
 // queued work finish or drop by deadline, then stop the gRPC server.
@@ -577,7 +607,10 @@ func (s *Server) runCost(ctx context.Context, rpc string, h *verify.Hash, cost t
 		WorkersTrailer, strconv.Itoa(s.slots())))
 	s.metrics.queueWait.WithLabelValues(rpc).Observe(res.Wait.Seconds())
 	s.metrics.service.WithLabelValues(alg).Observe(res.Service.Seconds())
-	if single == nil || single() {
+	// Learn only from what measured the node's speed for a caller who
+	// waited: not a run whose caller left, nor one that spanned a stall.
+	if now := time.Now(); (single == nil || single()) && ctx.Err() == nil &&
+		!s.stall.spanned(now.Add(-res.Service), now) {
 		s.model.Observe(h, res.Ran)
 	}
 	if err := ctx.Err(); err != nil {

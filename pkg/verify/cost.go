@@ -1,26 +1,64 @@
 package verify
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
 
-// CostModel predicts how long hashing under a stored hash's parameters will
-// take. It keeps one estimate of seconds per unit of work per algorithm family
-// (Argon2 work is memory × iterations; bcrypt's is 2^cost; PBKDF2's and
-// SHA-crypt's rounds; scrypt's N × r × p, see Hash.Work),
-// learnt as an exponentially weighted moving average of measured service
-// times, slowdowns included, so a node that is slow right now projects its
-// queue honestly. A verifier feeds it what its workers measured; a gateway
-// feeds it what verifiers report. It is safe for concurrent use; the zero
-// value is not ready, use NewCostModel.
+// CostModel predicts how long one check against a stored hash holds a
+// worker on this node, from the hash's own parameters. It is safe for
+// concurrent use; create it with NewCostModel.
+//
+// An estimate is base × work / lanes × stretch:
+//
+//   - work is Hash.Work (Argon2: memory × passes; bcrypt: 2^cost; …);
+//   - base is this machine's seconds per unit of work for the hash's family:
+//     a prior (below) until Calibrate measures it. Calibrating one family
+//     rescales the priors of the uncalibrated ones by the same machine
+//     factor, so a fast machine is fast for every algorithm;
+//   - lanes is how many of an Argon2 hash's p lanes run at once: min(p,
+//     Parallelism), Parallelism being the cores each worker has to itself
+//     (x/crypto runs the lanes of a pass concurrently); 1 for every other
+//     family;
+//   - stretch is how much slower than calibrated this node runs now: the
+//     median of measured ÷ predicted over the family's last StretchSamples
+//     runs no older than StretchWindow, clamped to [MinStretch, MaxStretch];
+//     exactly 1 with fewer than MinStretchSamples such runs.
+//
+// The model has no absorbing state. Nothing but base is kept for longer
+// than StretchWindow: a node whose estimate rose refuses more, learns less,
+// and its estimate returns to the calibrated one within StretchWindow
+// whether or not any work is admitted. The median ignores a few outliers (a
+// hash that spanned a stall), the clamp bounds what the rest can do, and
+// callers are expected to Observe only runs that mean something: see
+// Observe.
 type CostModel struct {
-	mu      sync.Mutex
-	perUnit [numFamilies]float64 // seconds per work unit, by costFamily
+	parallelism int
+	now         func() time.Time
+
+	mu         sync.Mutex
+	base       [numFamilies]float64 // seconds per unit of work
+	calibrated [numFamilies]bool
+	recent     [numFamilies]samples
 }
 
-// costAlpha is the weight of the newest observation.
-const costAlpha = 0.2
+// Stretch bounds and the learning window; see CostModel.
+const (
+	MinStretch        = 0.5
+	MaxStretch        = 4.0
+	StretchSamples    = 16
+	MinStretchSamples = 3
+	StretchWindow     = 10 * time.Second
+)
+
+// samples is a ring of recent measured ÷ predicted ratios.
+type samples struct {
+	ratio [StretchSamples]float64
+	at    [StretchSamples]time.Time
+	next  int
+	n     int
+}
 
 // Cost families: Argon2id and Argon2i share one; every other algorithm has its
 // own, since a PBKDF2 iteration of SHA-512 costs more than one of SHA-1 and
@@ -37,35 +75,31 @@ const (
 	numFamilies
 )
 
-// Priors, replaced by the first measurements: Argon2 at ≈ 0.7 µs per
-// KiB-pass (x/crypto on one modern core), bcrypt at about 50 ms for cost 10.
-// The legacy priors are BenchmarkVerifyLegacy's ns/unit on one amd64 core
-// (0.16, 0.14 and 0.67 µs per PBKDF2-SHA1/-SHA256/-SHA512 iteration, 0.28 µs
-// per unit of scrypt's N × r × p, 0.11 and 0.31 µs per SHA-256/-512-crypt
-// round for a short password), rounded up.
-const (
-	argon2Prior       = 0.7e-6
-	bcryptPrior       = 50e-3 / 1024
-	pbkdf2SHA1Prior   = 0.2e-6
-	pbkdf2SHA256Prior = 0.15e-6
-	pbkdf2SHA512Prior = 0.7e-6
-	scryptPrior       = 0.3e-6
-	sha256CryptPrior  = 0.12e-6
-	sha512CryptPrior  = 0.32e-6
-)
+// Priors, until calibrated: Argon2 at ≈ 0.7 µs per KiB-pass (x/crypto on one
+// modern core), bcrypt at about 50 ms for cost 10. The legacy priors are
+// BenchmarkVerifyLegacy's ns/unit on one amd64 core (0.16, 0.14 and 0.67 µs
+// per PBKDF2-SHA1/-SHA256/-SHA512 iteration, 0.28 µs per unit of scrypt's
+// N × r × p, 0.11 and 0.31 µs per SHA-256/-512-crypt round for a short
+// password), rounded up.
+var priors = [numFamilies]float64{
+	familyArgon2:       0.7e-6,
+	familyBcrypt:       50e-3 / 1024,
+	familyPBKDF2SHA1:   0.2e-6,
+	familyPBKDF2SHA256: 0.15e-6,
+	familyPBKDF2SHA512: 0.7e-6,
+	familyScrypt:       0.3e-6,
+	familySHA256Crypt:  0.12e-6,
+	familySHA512Crypt:  0.32e-6,
+}
 
-// NewCostModel returns a model holding the priors.
-func NewCostModel() *CostModel {
-	return &CostModel{perUnit: [numFamilies]float64{
-		familyArgon2:       argon2Prior,
-		familyBcrypt:       bcryptPrior,
-		familyPBKDF2SHA1:   pbkdf2SHA1Prior,
-		familyPBKDF2SHA256: pbkdf2SHA256Prior,
-		familyPBKDF2SHA512: pbkdf2SHA512Prior,
-		familyScrypt:       scryptPrior,
-		familySHA256Crypt:  sha256CryptPrior,
-		familySHA512Crypt:  sha512CryptPrior,
-	}}
+// NewCostModel returns a model holding the priors, for a node whose workers
+// each have parallelism cores to themselves (at least 1), on the clock now
+// (nil: time.Now).
+func NewCostModel(parallelism int, now func() time.Time) *CostModel {
+	if now == nil {
+		now = time.Now
+	}
+	return &CostModel{parallelism: max(parallelism, 1), now: now, base: priors}
 }
 
 func costFamily(a Algorithm) int {
@@ -89,32 +123,106 @@ func costFamily(a Algorithm) int {
 	}
 }
 
-// Estimate returns the expected service time of a hash with h's parameters.
-func (m *CostModel) Estimate(h *Hash) time.Duration {
-	m.mu.Lock()
-	per := m.perUnit[costFamily(h.Algorithm)]
-	m.mu.Unlock()
-	return time.Duration(per * h.Work() * float64(time.Second))
+// lanes is how many of h's lanes run at once with parallelism cores.
+func lanes(h *Hash, parallelism int) float64 {
+	if h.Algorithm.isArgon2() && h.Params.Parallelism > 1 {
+		return float64(min(int(h.Params.Parallelism), max(parallelism, 1)))
+	}
+	return 1
 }
 
-// Observe folds one measured service time into the estimate.
+// Estimate returns the expected time one check against h holds a worker.
+func (m *CostModel) Estimate(h *Hash) time.Duration {
+	f := costFamily(h.Algorithm)
+	m.mu.Lock()
+	per := m.base[f] * m.stretchLocked(f, m.now())
+	m.mu.Unlock()
+	return seconds(per * h.Work() / lanes(h, m.parallelism))
+}
+
+// Baseline returns the calibrated estimate for h, without the stretch.
+func (m *CostModel) Baseline(h *Hash) time.Duration {
+	m.mu.Lock()
+	per := m.base[costFamily(h.Algorithm)]
+	m.mu.Unlock()
+	return seconds(per * h.Work() / lanes(h, m.parallelism))
+}
+
+// Stretch returns the factor by which h's family runs slower than
+// calibrated now (1: as calibrated).
+func (m *CostModel) Stretch(h *Hash) float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stretchLocked(costFamily(h.Algorithm), m.now())
+}
+
+func (m *CostModel) stretchLocked(f int, now time.Time) float64 {
+	r := &m.recent[f]
+	var fresh [StretchSamples]float64
+	n := 0
+	for i := range r.n {
+		if now.Sub(r.at[i]) <= StretchWindow {
+			fresh[n] = r.ratio[i]
+			n++
+		}
+	}
+	if n < MinStretchSamples {
+		return 1
+	}
+	s := fresh[:n]
+	slices.Sort(s)
+	med := s[n/2]
+	if n%2 == 0 {
+		med = (s[n/2-1] + s[n/2]) / 2
+	}
+	return min(max(med, MinStretch), MaxStretch)
+}
+
+// Observe records that one check against h held a worker for took. Callers
+// should observe only what tells the node's speed: not a run whose caller
+// had left (its time was wasted, and learning from it is how a stall
+// becomes self-sustaining), not a run that spanned a detected stall, and
+// not a run that did more than h's one hash.
 func (m *CostModel) Observe(h *Hash, took time.Duration) {
 	work := h.Work()
 	if work <= 0 || took <= 0 {
 		return
 	}
-	per := took.Seconds() / work
 	f := costFamily(h.Algorithm)
+	now := m.now()
 	m.mu.Lock()
-	m.perUnit[f] += costAlpha * (per - m.perUnit[f])
-	m.mu.Unlock()
+	defer m.mu.Unlock()
+	predicted := m.base[f] * work / lanes(h, m.parallelism)
+	if predicted <= 0 {
+		return
+	}
+	r := &m.recent[f]
+	r.ratio[r.next], r.at[r.next] = took.Seconds()/predicted, now
+	r.next = (r.next + 1) % StretchSamples
+	r.n = min(r.n+1, StretchSamples)
 }
 
-// Set replaces the estimate for h's family outright (a warm-up measurement).
-func (m *CostModel) Set(h *Hash, took time.Duration) {
-	if work := h.Work(); work > 0 && took > 0 {
-		m.mu.Lock()
-		m.perUnit[costFamily(h.Algorithm)] = took.Seconds() / work
-		m.mu.Unlock()
+// Calibrate sets h's family's base from one representative time took of a
+// check against h measured with concurrent cores free for its lanes (a
+// warm-up hash run alone: runtime.GOMAXPROCS(0)). The recent samples of the
+// family are forgotten. Families not calibrated yet have their priors
+// rescaled by the same factor.
+func (m *CostModel) Calibrate(h *Hash, took time.Duration, concurrent int) {
+	work := h.Work()
+	if work <= 0 || took <= 0 {
+		return
+	}
+	f := costFamily(h.Algorithm)
+	per := took.Seconds() * lanes(h, concurrent) / work
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	factor := per / priors[f]
+	m.base[f], m.calibrated[f], m.recent[f] = per, true, samples{}
+	for g := range numFamilies {
+		if !m.calibrated[g] {
+			m.base[g] = priors[g] * factor
+		}
 	}
 }
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -335,15 +335,20 @@ func (l *Limiter) endWindow(now time.Duration) {
 	}
 	l.lastWait = observed
 
+	// The adaptive limit may stand above the ceiling (it was learnt before
+	// the ceiling fell, say while verifiers were missing): it then grows no
+	// further, and a shrink starts from the ceiling, so that it bites at
+	// once. When the ceiling rises again the limit is back where it was,
+	// without having to regrow under demand.
+	ceiling := float64(l.ceiling)
 	switch {
 	case observed > l.target:
 		factor := max(l.backoff, float64(l.target)/float64(observed))
-		l.adaptive = max(l.adaptive*factor, l.minLimit)
-	case demand:
+		l.adaptive = max(min(l.adaptive, ceiling)*factor, l.minLimit)
+	case demand && l.adaptive < ceiling:
 		step := math.Sqrt(l.adaptive) * (1 - float64(observed)/float64(l.target))
-		l.adaptive += max(1, step)
+		l.adaptive = min(l.adaptive+max(1, step), ceiling)
 	}
-	l.adaptive = min(l.adaptive, float64(l.ceiling))
 	l.publish()
 
 	// A window that starts with the limit in use has demand from its start,
@@ -400,15 +405,33 @@ func (l *Limiter) InFlight() int { return int(l.inflight.Load()) }
 func (l *Limiter) Threshold(c Class) int { return int(l.state.Load().threshold[c.rank()]) }
 
 // SetCeiling sets the most the limit can be; n < 1 means 1, n > MaxCeiling
-// MaxCeiling. A lower ceiling also lowers the adaptive limit to it at once;
-// a higher one lets it grow, under demand, from where it is.
+// MaxCeiling. It caps the limit at once and leaves the adaptive limit alone:
+// a ceiling that falls and rises again (verifiers lost and back) gives the
+// limit back as it was, with no need to regrow it under demand.
 func (l *Limiter) SetCeiling(n int) {
 	n = min(max(n, 1), MaxCeiling)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.ceiling = n
-	l.adaptive = min(max(l.adaptive, min(l.minLimit, float64(n))), float64(n))
 	l.publish()
+}
+
+// SetTarget changes the queue wait the limit aims for (Config.TargetQueueWait)
+// from the next window on; d ≤ 0 changes nothing.
+func (l *Limiter) SetTarget(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.target = d
+}
+
+// Target returns the queue wait the limit aims for.
+func (l *Limiter) Target() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.target
 }
 
 // SetClamp sets the operator clamp, a cap on the limit that the adaptive

@@ -392,15 +392,15 @@ func TestClampsCapImmediately(t *testing.T) {
 	step("emergency removed", func() { l.SetEmergency(0) }, 50)
 	step("negative clamp is none", func() { l.SetClamp(-3) }, 50)
 	step("ceiling 30", func() { l.SetCeiling(30) }, 30)
-	if got := l.Adaptive(); got != 30 {
-		t.Fatalf("adaptive after SetCeiling(30) = %d, want 30", got)
+	if got := l.Adaptive(); got != 50 {
+		t.Fatalf("adaptive after SetCeiling(30) = %d, want 50: a ceiling caps the limit, not what was learnt", got)
 	}
-	step("ceiling 100", func() { l.SetCeiling(100) }, 30) // grows only under demand
+	step("ceiling 100", func() { l.SetCeiling(100) }, 50) // back at once: no ratchet
 	step("ceiling 1 below MinLimit", func() { l.SetCeiling(1) }, 1)
-	step("ceiling back to 100", func() { l.SetCeiling(100) }, 2) // adaptive back to MinLimit
+	step("ceiling back to 100", func() { l.SetCeiling(100) }, 50)
 	step("ceiling 0 means 1", func() { l.SetCeiling(0) }, 1)
 
-	want := Snapshot{Limit: 1, Adaptive: 1, Ceiling: 1}
+	want := Snapshot{Limit: 1, Adaptive: 50, Ceiling: 1}
 	if diff := cmp.Diff(want, l.Snapshot()); diff != "" {
 		t.Fatalf("Snapshot() (-want +got):\n%s", diff)
 	}
@@ -589,5 +589,46 @@ func TestCriticalReserveSurvivesAShrink(t *testing.T) {
 	l.Release(Sample{Critical: true})
 	if r := l.Acquire(critical); r != ReasonAdmitted {
 		t.Fatalf("critical after its predecessor left: %v, want admitted", r)
+	}
+}
+
+// An adaptive limit left above a lowered ceiling is no dead band: one window
+// of queue wait over the target takes the limit below the ceiling at once,
+// and growth under demand never lifts the adaptive limit past the ceiling.
+func TestAdaptiveAboveCeilingStillBites(t *testing.T) {
+	clk := newFakeClock()
+	cfg := testConfig(clk)
+	cfg.InitialLimit = 50
+	l := newLimiter(t, cfg)
+	l.SetCeiling(10)
+	// Saturated at a low queue wait: demand, yet nothing to learn above
+	// the ceiling, and nothing to forget either.
+	saturatedWindow(l, clk, okWait(0))
+	if got := l.Adaptive(); got != 50 {
+		t.Fatalf("adaptive %d after a window of demand under ceiling 10, want 50 kept", got)
+	}
+	saturatedWindow(l, clk, okWait(2*cfg.TargetQueueWait))
+	if got, want := l.Limit(), int(10*cfg.Backoff); got != want {
+		t.Fatalf("limit %d after a window at twice the target under ceiling 10, want %d", got, want)
+	}
+	for range 20 {
+		saturatedWindow(l, clk, okWait(0))
+	}
+	if got := l.Adaptive(); got != 10 {
+		t.Fatalf("adaptive %d after growing under demand with ceiling 10, want 10", got)
+	}
+}
+
+// Demand seen while the adaptive limit stands just above the ceiling (90 %
+// of it in flight) neither grows it nor pulls it down to the ceiling.
+func TestDemandAboveCeilingKeepsAdaptive(t *testing.T) {
+	clk := newFakeClock()
+	cfg := testConfig(clk)
+	cfg.InitialLimit = 11
+	l := newLimiter(t, cfg)
+	l.SetCeiling(10)
+	saturatedWindow(l, clk, okWait(0))
+	if got := l.Adaptive(); got != 11 {
+		t.Fatalf("adaptive %d after a window of demand under ceiling 10, want 11 kept", got)
 	}
 }

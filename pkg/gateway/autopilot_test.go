@@ -72,7 +72,7 @@ func TestAutopilotRecoversMetastableFleet(t *testing.T) {
 			v1, v2 := startVerifier(t, deep), startVerifier(t, deep)
 			cfg := gatewayConfig(v1.addr, v2.addr)
 			cfg.Admission.InitialLimit, cfg.Admission.MinLimit, cfg.Admission.Ceiling = 300, 300, 300
-			cfg.VerifierQueue = 1000 // and deep queues at the verifiers allowed
+			cfg.VerifierQueueDelay = time.Minute // and deep queues at the verifiers allowed
 			cfg.Autopilot.Enabled = on
 			cfg.Autopilot.ClientTimeout = time.Second
 			cfg.Autopilot.Tick = 250 * time.Millisecond

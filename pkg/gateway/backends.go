@@ -33,6 +33,7 @@ type backend struct {
 	brk     atomic.Pointer[breaker.Breaker]
 	pending atomic.Int64 // calls holding a slot on it: forwarded or about to be
 	workers atomic.Int64 // its workers, from its last answer (0: not known yet)
+	queue   atomic.Int64 // calls it may hold beyond its workers (see Gateway.fitQueues)
 	serving atomic.Bool  // last word of its health stream
 	service serviceTimes // its recent service times, for the capacity estimate
 	retired atomic.Bool  // left the membership; never picked again
@@ -45,25 +46,27 @@ type backend struct {
 func (b *backend) eligible() bool { return b.serving.Load() && !b.retired.Load() }
 
 // slots is how many calls b may hold at once: its workers (one until its
-// first answer says how many it runs) plus queue.
-func (b *backend) slots(queue int64) int64 {
-	return max(b.workers.Load(), 1) + queue
+// first answer says how many it runs), plus the calls it may queue, plus
+// extra (the critical slot).
+func (b *backend) slots(extra int64) int64 {
+	return max(b.workers.Load(), 1) + b.queue.Load() + extra
 }
 
-// totalSlots is what every eligible verifier can hold at once with queue.
-func (bs *backends) totalSlots(queue int64) int64 {
+// totalSlots is what every eligible verifier can hold at once, critical
+// slots aside.
+func (bs *backends) totalSlots() int64 {
 	var n int64
 	for _, b := range bs.list() {
 		if b.eligible() {
-			n += b.slots(queue)
+			n += b.slots(0)
 		}
 	}
 	return n
 }
 
 // reserve takes one of b's slots; false if they are all held.
-func (b *backend) reserve(queue int64) bool {
-	limit := b.slots(queue)
+func (b *backend) reserve(extra int64) bool {
+	limit := b.slots(extra)
 	for {
 		n := b.pending.Load()
 		if n >= limit {
@@ -129,12 +132,12 @@ func newBackends(log *slog.Logger, static []string, newBrk func() *breaker.Break
 func (bs *backends) list() []*backend { return *bs.snap.Load() }
 
 // pick chooses a verifier by the power of two choices on outstanding calls
-// among those eligible, not excluded and with a free slot (workers + queue,
-// see backend.slots), asks the chosen one's breaker (a half-open breaker
+// among those eligible, not excluded and with a free slot (workers + queue +
+// extra, see backend.slots), asks the chosen one's breaker (a half-open breaker
 // admits only its ramp's fraction) and reserves the slot: the caller must
 // release it. It returns nil when no verifier will take the call now, and
 // then says whether any verifier was serving at all (busy, not down).
-func (bs *backends) pick(exclude *backend, queue int64) (chosen *backend, serving bool) {
+func (bs *backends) pick(exclude *backend, extra int64) (chosen *backend, serving bool) {
 	list := bs.list()
 	n := len(list)
 	if n == 0 {
@@ -145,7 +148,7 @@ func (bs *backends) pick(exclude *backend, queue int64) (chosen *backend, servin
 			return false
 		}
 		serving = true
-		return c.pending.Load() < c.slots(queue) && c.brk.Load().Allow() && c.reserve(queue)
+		return c.pending.Load() < c.slots(extra) && c.brk.Load().Allow() && c.reserve(extra)
 	}
 	// Two distinct random candidates, the less loaded first.
 	i := rand.IntN(n)

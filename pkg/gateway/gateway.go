@@ -74,9 +74,6 @@ import (
 // PushbackTrailer is gRPC's trailer for "retry after N ms".
 const PushbackTrailer = "grpc-retry-pushback-ms"
 
-// maxRecvMsgSize bounds a request: a password and a stored hash.
-const maxRecvMsgSize = 64 << 10
-
 // Gateway is one gateway. Create it with New; serve it with Serve or Run.
 type Gateway struct {
 	verifyv1.UnimplementedVerifyServiceServer
@@ -197,7 +194,7 @@ func New(cfg Config) (*Gateway, error) {
 		unary, stream = unary[1:], stream[1:]
 	}
 	g.grpc = grpc.NewServer(
-		grpc.MaxRecvMsgSize(maxRecvMsgSize),
+		grpc.MaxRecvMsgSize(verify.MaxRequestSize),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 	)
@@ -295,7 +292,7 @@ func (g *Gateway) Serve(ctx context.Context, lis, mlis net.Listener) error {
 }
 
 // fitCeiling keeps the limit's ceiling at what the verifiers can hold (their
-// workers plus VerifierQueue each), scaled so that the classes below critical
+// workers plus their queues, see fitQueues), scaled so that the classes below critical
 // share exactly that, and critical work has its reserve on top, in the extra
 // slot each verifier keeps for it: the limiter's priority shares then divide
 // the fleet's real capacity instead of a larger number that per-verifier slots
@@ -304,11 +301,32 @@ func (g *Gateway) Serve(ctx context.Context, lis, mlis net.Listener) error {
 func (g *Gateway) fitCeiling() {
 	st := g.settings.Load()
 	ceiling := int64(intOr(st.Ceiling, g.cfg.Admission.Ceiling))
-	if fleet := g.backends.totalSlots(int64(g.cfg.VerifierQueue)); fleet > 0 {
+	if fleet := g.backends.totalSlots(); fleet > 0 {
 		reserve := floatOr(st.CriticalReserve, g.cfg.Admission.CriticalReserve)
 		ceiling = min(ceiling, int64(math.Ceil(float64(fleet)/(1-reserve)-1e-9)))
 	}
 	g.limiter.SetCeiling(int(ceiling))
+	g.limiter.SetTarget(g.queueTarget())
+}
+
+// queueTarget is the verifier queue wait the limiter aims for: the
+// configured target, or one service time of the slowest serving verifier
+// when that is longer (capped at half the typical client timeout). Each
+// verifier may queue at least one call per worker (fitQueues), so a
+// queue wait of one service time is the queue working as meant, not
+// overload: a target below it would shed until no call ever waited, the
+// loss system the queue is there to avoid.
+func (g *Gateway) queueTarget() time.Duration {
+	target := g.cfg.Admission.TargetQueueWait
+	for _, b := range g.backends.list() {
+		if b.eligible() {
+			target = max(target, b.service.median())
+		}
+	}
+	if limit := g.cfg.Autopilot.ClientTimeout / 2; limit > 0 {
+		target = min(target, max(limit, g.cfg.Admission.TargetQueueWait))
+	}
+	return target
 }
 
 // housekeep refreshes the gauges, the retry ratios, the ceiling and the
@@ -318,6 +336,7 @@ func (g *Gateway) housekeep(ctx context.Context) {
 	t := time.NewTicker(t0)
 	defer t.Stop()
 	for {
+		g.fitQueues()
 		g.fitCeiling()
 		g.setServing(g.ServingVerifiers() > 0)
 		g.metrics.observeVerifiers(g.backends.list())
@@ -409,16 +428,45 @@ func (g *Gateway) admit(ctx context.Context, f callmeta.Facts) (*backend, error)
 	return nil, errBusy
 }
 
-// slotQueue is how many calls f may find queued ahead of it on a verifier:
-// Config.VerifierQueue, one more for a critical first attempt, so that
-// critical work still finds room when every worker is busy.
+// slotQueue is how many slots f may use on a verifier beyond its workers
+// and queue: one for a critical first attempt, so that critical work still
+// finds room when every other slot is held.
 func (g *Gateway) slotQueue(f callmeta.Facts) int64 {
-	q := int64(g.cfg.VerifierQueue)
 	if f.Priority == callmeta.Critical && f.Attempt <= 1 {
-		q++
+		return 1
 	}
-	return q
+	return 0
 }
+
+// fitQueues sizes each verifier's queue in time: as many calls as its
+// workers finish in Config.VerifierQueueDelay at its median service time,
+// and at least one per worker (a burst waits one service time at most,
+// rather than being refused as by a loss system), or none when the delay is
+// zero. Until a verifier has answered, its service time is unknown and it
+// gets the one per worker. It runs once a second and when a verifier reports
+// a new worker count (and each answer refits its own verifier); the
+// limiter's ceiling follows (fitCeiling).
+func (g *Gateway) fitQueues() {
+	delay := g.cfg.VerifierQueueDelay
+	for _, b := range g.backends.list() {
+		b.queue.Store(queueFor(max(b.workers.Load(), 1), b.service.median(), delay))
+	}
+}
+
+// queueFor is fitQueues' arithmetic for one verifier.
+func queueFor(workers int64, service, delay time.Duration) int64 {
+	if delay <= 0 {
+		return 0
+	}
+	q := workers
+	if service > 0 {
+		q = max(q, int64(math.Ceil(float64(workers)*float64(delay)/float64(service))))
+	}
+	return min(q, maxVerifierQueue)
+}
+
+// maxVerifierQueue bounds one verifier's queue whatever its service time.
+const maxVerifierQueue = 10000
 
 // hopFunc makes one call to a verifier.
 type hopFunc func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error
@@ -640,6 +688,7 @@ func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f cal
 	err = fn(octx, b.client, grpc.Trailer(&trailer))
 	b.release()
 	if w := trailerInt(trailer, verifier.WorkersTrailer); w > 0 && b.workers.Swap(w) != w {
+		g.fitQueues()
 		g.fitCeiling()
 	}
 
@@ -661,14 +710,25 @@ func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f cal
 		}
 		if service > 0 {
 			b.service.observe(service)
+			q := queueFor(max(b.workers.Load(), 1), b.service.median(), g.cfg.VerifierQueueDelay)
+			if b.queue.Swap(q) != q {
+				g.fitCeiling()
+			}
 		}
 	case codes.ResourceExhausted:
+		pb := trailer.Get(PushbackTrailer)
+		if len(pb) != 1 || pb[0] != "-1" {
+			// Not the verifier's own overload refusal (which always says
+			// "do not retry"): a transport limit, say. Counting it as
+			// overload would let any caller who can provoke it hold the
+			// limit at its floor.
+			g.metrics.result(b, "other")
+			break
+		}
 		// Overloaded: a load signal for the limiter, not a node fault.
 		g.metrics.result(b, "overloaded")
 		res.sample = admission.Sample{Outcome: admission.OutcomeOverloaded}
-		if pb := trailer.Get(PushbackTrailer); len(pb) > 0 {
-			res.pushback = metadata.Pairs(PushbackTrailer, pb[0])
-		}
+		res.pushback = metadata.Pairs(PushbackTrailer, pb[0])
 	case codes.Unavailable, codes.Internal, codes.Unknown, codes.DataLoss, codes.Unimplemented:
 		b.brk.Load().Record(false)
 		g.metrics.result(b, "failure")

@@ -274,7 +274,7 @@ func TestFleetThroughEtcd(t *testing.T) {
 	cfg := gatewayConfig()
 	cfg.EtcdEndpoints = endpoints
 	cfg.Admission.InitialLimit, cfg.Admission.MinLimit, cfg.Admission.Ceiling = 64, 64, 64
-	cfg.VerifierQueue = 64 // admission is not under test: every call goes through
+	cfg.VerifierQueueDelay = time.Minute // admission is not under test: every call goes through
 	gw := startGateway(t, cfg)
 	gw.waitServing(t, 3)
 
@@ -286,6 +286,7 @@ func TestFleetThroughEtcd(t *testing.T) {
 		v.slow(t, 20)
 	}
 	stored := storedHash("pw", 1024, 1)
+	gw.learnService(t, stored)
 	type result struct {
 		start time.Time
 		err   error

@@ -258,6 +258,27 @@ func hasLabels(m *dto.Metric, want map[string]string) bool {
 
 // storedHash returns an argon2id PHC string for password with the given
 // memory (KiB) and iterations.
+// learnService sends stored through the gateway until every verifier it
+// knows has answered at least once, so that each one's queue is sized by its
+// service time rather than the one-per-worker it gets before (fitQueues).
+func (gw *testGateway) learnService(t *testing.T, stored string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		all := true
+		for _, b := range gw.g.backends.list() {
+			all = all && b.service.median() > 0
+		}
+		if all {
+			return
+		}
+		if _, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")}); err != nil {
+			t.Fatalf("learning the verifiers' service times: %v", err)
+		}
+	}
+}
+
 func storedHash(password string, memKiB, iters uint32) string {
 	salt := []byte("levee-test-salt!")
 	key := argon2.IDKey([]byte(password), salt, iters, memKiB, 1, 32)

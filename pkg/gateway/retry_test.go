@@ -40,7 +40,7 @@ func TestRetryOnAnotherVerifierWithBudget(t *testing.T) {
 			// A fixed limit wide enough for every call: admission is not
 			// under test.
 			cfg.Admission.InitialLimit, cfg.Admission.MinLimit, cfg.Admission.Ceiling = 40, 40, 40
-			cfg.VerifierQueue = 40
+			cfg.VerifierQueueDelay = time.Minute
 			if withBudget {
 				bs := startBudget(t, budgetd.Settings{Ratio: 1, Burst: 100, MinPerSecond: 100})
 				cfg.BudgetTarget = bs.Addr()
@@ -122,13 +122,14 @@ func TestVerifierOverloadNotRetried(t *testing.T) {
 	bs := startBudget(t, budgetd.Settings{Ratio: 1, Burst: 100, MinPerSecond: 100})
 	cfg.BudgetTarget = bs.Addr()
 	cfg.Admission.InitialLimit, cfg.Admission.Ceiling = 50, 50
-	cfg.VerifierQueue = 50 // let calls reach the verifiers' own queues
+	cfg.VerifierQueueDelay = time.Minute // let calls reach the verifiers' own queues
 	gw := startGateway(t, cfg)
 	gw.waitServing(t, 2)
 	waitFor(t, 10*time.Second, "a budget lease", func() bool { return gw.g.retry.Allow() })
 	v1.slow(t, 100)
 	v2.slow(t, 100)
 	stored := storedHash("pw", 1024, 1)
+	gw.learnService(t, stored)
 
 	var wg sync.WaitGroup
 	var results tally
@@ -144,6 +145,10 @@ func TestVerifierOverloadNotRetried(t *testing.T) {
 	}
 	wg.Wait()
 	t.Logf("results: %v", results.snapshot())
+	for _, r := range []string{"limit", "priority", "busy", "deadline", "no_verifier"} {
+		t.Logf("refused %s: %v", r, gw.metric(t, "levee_gateway_refused_total", map[string]string{"reason": r}))
+	}
+	t.Logf("limit %d, slots %d", gw.g.limiter.Limit(), gw.g.backends.totalSlots())
 	if results.get("ResourceExhausted") == 0 {
 		t.Fatalf("no verifier refusal; the test did not overload the verifiers: %v", results.snapshot())
 	}

@@ -37,7 +37,7 @@ func TestSettingsFromEtcd(t *testing.T) {
 	cfg.Admission.InitialLimit, cfg.Admission.MinLimit = 20, 20
 	// Room at the verifier beyond its 2 workers, so that the fleet's
 	// capacity does not cap the limit under what this test sets.
-	cfg.VerifierQueue = 30
+	cfg.VerifierQueueDelay = time.Minute
 	gw := startGateway(t, cfg)
 	gw.waitServing(t, 1)
 	ctx := context.Background()

@@ -94,10 +94,6 @@ const (
 	WorkersTrailer     = "levee-workers"
 )
 
-// maxRecvMsgSize bounds a request message: a stored hash and a password fit
-// in a few KiB, so nothing larger is read into memory.
-const maxRecvMsgSize = 16 << 10
-
 var (
 	_ verifyv1.VerifyServiceServer        = (*Server)(nil)
 	_ verifyv1.VerifierAdminServiceServer = (*adminServer)(nil)
@@ -209,7 +205,7 @@ func New(cfg Config) (*Server, error) {
 		stream = slices.Delete(stream, 1, 2)
 	}
 	s.grpc = grpc.NewServer(
-		grpc.MaxRecvMsgSize(maxRecvMsgSize),
+		grpc.MaxRecvMsgSize(verify.MaxRequestSize),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 		orca.CallMetricsServerOption(s.load),

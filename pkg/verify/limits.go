@@ -12,6 +12,14 @@ const (
 	minKeyFloor = 16
 )
 
+// MaxRequestSize bounds one Verify or Hash request message on every hop of
+// the fleet (gateway and verifier alike): a password and a stored hash fit
+// in a few KiB, so nothing larger is read into memory. One bound for all
+// hops, so that a request the gateway accepts is never refused by the
+// verifier it forwards to (that refusal, RESOURCE_EXHAUSTED, once read as
+// overload, let padded requests hold the gateway's limit at its floor).
+const MaxRequestSize = 16 << 10
+
 // Limits cap what a stored hash may ask of the machine. Parse rejects any hash
 // beyond them before allocating for it.
 type Limits struct {

@@ -1,0 +1,113 @@
+package gateway
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+)
+
+// queueFor sizes a verifier's queue in time, at least one call per worker.
+func TestQueueFor(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		workers        int64
+		service, delay time.Duration
+		want           int64
+	}{
+		{1, 10 * ms, 50 * ms, 5},
+		{2, 10 * ms, 50 * ms, 10},
+		{2, 134 * ms, 50 * ms, 2}, // slower than the delay: one per worker
+		{1, 0, 50 * ms, 1},        // no answer yet: one per worker
+		{4, 10 * ms, 0, 0},        // no queue
+		{1, time.Nanosecond, time.Minute, maxVerifierQueue},
+	} {
+		if got := queueFor(c.workers, c.service, c.delay); got != c.want {
+			t.Errorf("queueFor(%d workers, service %v, delay %v) = %d, want %d", c.workers, c.service, c.delay, got, c.want)
+		}
+	}
+}
+
+// At 60 % of capacity with Poisson arrivals, a fleet that queues briefly at
+// each verifier answers nearly every call. With no queue at all (each
+// verifier sent only what its workers can start at once) it was a loss
+// system: Erlang's formula for 2 servers at 0.6 says a quarter of the calls
+// find both busy, and that many were refused.
+func TestQueueByTimeAnswersBursts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load test; runs in the full suite")
+	}
+	v1, v2 := startVerifier(t, nil), startVerifier(t, nil)
+	gw := startGateway(t, gatewayConfig(v1.addr, v2.addr))
+	gw.waitServing(t, 2)
+	v1.slow(t, 40)
+	v2.slow(t, 40)
+	stored := storedHash("pw", 512, 1)
+	capacity := capacityOf(t, gw, stored, 2)
+	rate := 0.6 * capacity
+	t.Logf("capacity %.1f/s; offering %.1f/s, Poisson", capacity, rate)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	var sent, failed atomic.Int64
+	var firstMu sync.Mutex
+	var first error
+	end := time.Now().Add(6 * time.Second)
+	for next := time.Now(); next.Before(end); next = next.Add(time.Duration(rand.ExpFloat64() / rate * float64(time.Second))) {
+		time.Sleep(time.Until(next))
+		wg.Add(1)
+		sent.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+			defer ccancel()
+			if _, err := gw.client.Verify(cctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")}); err != nil {
+				failed.Add(1)
+				firstMu.Lock()
+				if first == nil {
+					first = err
+				}
+				firstMu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	frac := float64(failed.Load()) / float64(sent.Load())
+	t.Logf("%d of %d calls failed (%.1f%%); first: %v", failed.Load(), sent.Load(), 100*frac, first)
+	if frac > 0.03 {
+		t.Errorf("%.1f%% of calls failed at 0.6 of capacity (first: %v), want ≤ 3%%", 100*frac, first)
+	}
+}
+
+// The limiter aims at one service time of the slowest serving verifier when
+// that is longer than its configured target (a queue of one call per worker
+// is the queue working), capped at half the client timeout.
+func TestQueueTargetFollowsServiceTime(t *testing.T) {
+	v1, v2 := startVerifier(t, nil), startVerifier(t, nil)
+	cfg := gatewayConfig(v1.addr, v2.addr)
+	gw := startGateway(t, cfg)
+	gw.waitServing(t, 2)
+	list := gw.g.backends.list()
+	if got := gw.g.queueTarget(); got != cfg.Admission.TargetQueueWait {
+		t.Fatalf("target %v before any answer, want the configured %v", got, cfg.Admission.TargetQueueWait)
+	}
+	for range serviceSamples {
+		list[0].service.observe(20 * time.Millisecond)
+		list[1].service.observe(300 * time.Millisecond)
+	}
+	gw.g.fitCeiling()
+	if got := gw.g.limiter.Target(); got != 300*time.Millisecond {
+		t.Errorf("limiter target %v with the slowest verifier at 300ms, want 300ms", got)
+	}
+	for range serviceSamples {
+		list[1].service.observe(time.Hour)
+	}
+	if got, want := gw.g.queueTarget(), cfg.Autopilot.ClientTimeout/2; got != want {
+		t.Errorf("target %v with a verifier at an hour, want the cap %v", got, want)
+	}
+}

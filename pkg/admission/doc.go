@@ -35,15 +35,19 @@
 // limiter directly how far past the fleet's capacity it is, whatever the hash
 // parameters cost.
 //
-// A window's observed queue wait is the mean over its OK samples. The mean,
-// not a high percentile: a verifier's queue is shared by every request in it,
-// so in a window where the fleet is over capacity most samples are high and
-// the mean says so; the mean is exact with two atomic adds per sample, where
-// a percentile needs a histogram on the release path; and a percentile over
-// the tens of samples a window holds at small limits is mostly noise. A
-// window with at least one Overloaded outcome (a verifier refused the request
-// for load) observes at least 2 × TargetQueueWait, as a drop does in TCP's
-// AIMD: a full queue is the strongest signal there is.
+// A window's observed queue wait is the least over its OK samples, as CoDel
+// judges a queue by the minimum sojourn over an interval: a burst that
+// queues for a moment and drains (Poisson arrivals at 90 % of capacity do
+// that all the time) leaves some sample of the window near zero and is the
+// queue doing its job, while a queue that stands, because the fleet is over
+// capacity, makes every sample high, the least included. The mean, used
+// before, let a few unlucky calls of a healthy window cut the limit, and the
+// naive clients' retries of what it then refused kept cutting it. The
+// minimum costs one compare-and-swap per sample, and a high percentile would
+// need a histogram on the release path. A window with at least one
+// Overloaded outcome (a verifier refused the request for load) observes at
+// least 2 × TargetQueueWait, as a drop does in TCP's AIMD: a full queue is
+// the strongest signal there is.
 //
 // After each window:
 //

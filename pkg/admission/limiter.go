@@ -121,6 +121,9 @@ type Sample struct {
 // an hour's wait would).
 const maxSampleWait = time.Hour
 
+// noWait is waitMin with no sample in the window.
+const noWait = math.MaxInt64
+
 // demandFraction of the adaptive limit in flight means the limit is in use.
 const demandFraction = 0.9
 
@@ -157,7 +160,7 @@ type Limiter struct {
 
 	// The current window, written by Release.
 	okCount     atomic.Int64
-	waitSum     atomic.Int64 // nanoseconds, over the OK samples
+	waitMin     atomic.Int64 // nanoseconds, the least over the window's OK samples (noWait: none)
 	overloaded  atomic.Int64
 	windowStart atomic.Int64 // nanoseconds since epoch
 
@@ -200,6 +203,7 @@ func New(cfg Config) (*Limiter, error) {
 		ceiling:    cfg.Ceiling,
 	}
 	l.shares = shareTable(cfg.CriticalReserve, cfg.BatchShare, cfg.RetryShare)
+	l.waitMin.Store(noWait)
 	l.mu.Lock()
 	l.publish()
 	l.mu.Unlock()
@@ -290,8 +294,13 @@ func (l *Limiter) Release(s Sample) {
 	var samples int64
 	switch s.Outcome {
 	case OutcomeOK:
-		w := min(max(s.QueueWait, 0), maxSampleWait)
-		l.waitSum.Add(int64(w))
+		w := int64(min(max(s.QueueWait, 0), maxSampleWait))
+		for {
+			m := l.waitMin.Load()
+			if w >= m || l.waitMin.CompareAndSwap(m, w) {
+				break
+			}
+		}
 		samples = l.okCount.Add(1) + l.overloaded.Load()
 	case OutcomeOverloaded:
 		l.overloaded.Add(1)
@@ -321,14 +330,14 @@ func (l *Limiter) Release(s Sample) {
 // endWindow evaluates the current window and starts the next. l.mu is held.
 func (l *Limiter) endWindow(now time.Duration) {
 	ok := l.okCount.Swap(0)
-	sum := l.waitSum.Swap(0)
+	least := l.waitMin.Swap(noWait)
 	overloaded := l.overloaded.Swap(0)
 	demand := l.demand.Swap(false)
 	l.windowStart.Store(int64(now))
 
 	var observed time.Duration
-	if ok > 0 {
-		observed = time.Duration(sum / ok)
+	if ok > 0 && least != noWait {
+		observed = time.Duration(least)
 	}
 	if overloaded > 0 {
 		observed = max(observed, 2*l.target)

@@ -632,3 +632,37 @@ func TestDemandAboveCeilingKeepsAdaptive(t *testing.T) {
 		t.Fatalf("adaptive %d after a window of demand under ceiling 10, want 11 kept", got)
 	}
 }
+
+// A window is judged by its least queue wait, as CoDel judges a queue by
+// its minimum sojourn: calls that waited long in a window where another
+// waited not at all were a burst draining, not a standing queue, and do not
+// cut the limit. Every sample high is a standing queue, and does.
+func TestWindowJudgedByItsLeastWait(t *testing.T) {
+	clk := newFakeClock()
+	cfg := testConfig(clk)
+	l := newLimiter(t, cfg)
+	before := l.Adaptive()
+	one := func(w time.Duration) {
+		if l.Acquire(critical) != ReasonAdmitted {
+			t.Fatal("refused with nothing in flight")
+		}
+		l.Release(okWait(w))
+	}
+	one(0)
+	for range cfg.MinSamples {
+		one(10 * cfg.TargetQueueWait)
+	}
+	clk.Advance(cfg.Window)
+	one(10 * cfg.TargetQueueWait) // ends the window
+	if got := l.Adaptive(); got != before {
+		t.Fatalf("adaptive %d after a window whose least wait was 0, want %d (uncut)", got, before)
+	}
+	for range cfg.MinSamples {
+		one(10 * cfg.TargetQueueWait)
+	}
+	clk.Advance(cfg.Window)
+	one(10 * cfg.TargetQueueWait)
+	if got := l.Adaptive(); got >= before {
+		t.Fatalf("adaptive %d after a window with every wait at 10× the target, want below %d", got, before)
+	}
+}

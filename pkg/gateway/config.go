@@ -148,9 +148,11 @@ func DefaultConfig() Config {
 		Limits:          verify.DefaultLimits(),
 		Admission:       admission.DefaultConfig(),
 		Breaker:         breaker.DefaultConfig(),
-		// As long as the limiter's target queue wait: the queue each
-		// verifier may hold is what the limiter aims the fleet at.
-		VerifierQueueDelay: 50 * time.Millisecond,
+		// A quarter of the typical client timeout: at 90 % load a verifier
+		// with one worker needs a queue of about twenty service times to
+		// refuse under 1 % (M/D/1), and the verifier's own deadline check
+		// refuses what cannot finish in time anyway.
+		VerifierQueueDelay: 500 * time.Millisecond,
 		Autopilot: AutopilotConfig{
 			Enabled:        true,
 			ClientTimeout:  2 * time.Second,

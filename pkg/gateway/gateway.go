@@ -310,20 +310,24 @@ func (g *Gateway) fitCeiling() {
 }
 
 // queueTarget is the verifier queue wait the limiter aims for: the
-// configured target, or one service time of the slowest serving verifier
-// when that is longer (capped at half the typical client timeout). Each
-// verifier may queue at least one call per worker (fitQueues), so a
-// queue wait of one service time is the queue working as meant, not
-// overload: a target below it would shed until no call ever waited, the
-// loss system the queue is there to avoid.
+// configured target, or twice the wait the verifiers' queues are sized to
+// allow when that is longer (VerifierQueueDelay plus one service time of the
+// slowest serving verifier; capped at the typical client timeout).
+// Each verifier may queue at least one call per worker, and up to
+// VerifierQueueDelay of work (fitQueues): a queue wait within that is the
+// queue working as meant, not overload. A target at or below it would cut
+// the limit whenever the queue filled, and shed until no call ever waited,
+// the loss system the queue is there to avoid; above it, the limit still
+// falls when the verifiers' queues grow past what this gateway's slots
+// explain (other gateways' load, a slower node).
 func (g *Gateway) queueTarget() time.Duration {
 	target := g.cfg.Admission.TargetQueueWait
 	for _, b := range g.backends.list() {
 		if b.eligible() {
-			target = max(target, b.service.median())
+			target = max(target, 2*(g.cfg.VerifierQueueDelay+b.service.median()))
 		}
 	}
-	if limit := g.cfg.Autopilot.ClientTimeout / 2; limit > 0 {
+	if limit := g.cfg.Autopilot.ClientTimeout; limit > 0 {
 		target = min(target, max(limit, g.cfg.Admission.TargetQueueWait))
 	}
 	return target

@@ -72,6 +72,13 @@ func TestOverloadShedsByPriority(t *testing.T) {
 	}
 	v1, v2 := startVerifier(t, nil), startVerifier(t, nil)
 	cfg := gatewayConfig(v1.addr, v2.addr)
+	// No queue at the verifiers: each hash below holds its worker 60× its
+	// CPU time, and the load generator shares the CPU in this very
+	// process, so a CPU hiccup of a few milliseconds becomes a hash of a
+	// second, and calls queued behind it would wait out their deadline.
+	// This test is about the edge's shedding; the queue under overload is
+	// measured by the lab, without the knob's amplification (docs/lab.md).
+	cfg.VerifierQueueDelay = 0
 	gw := startGateway(t, cfg)
 	gw.waitServing(t, 2)
 	// Each hash holds its worker for ~60× its CPU time: the verifiers are
@@ -162,13 +169,11 @@ func TestOverloadShedsByPriority(t *testing.T) {
 				t.Logf("hops %s: %v", r, gw.metric(t, "levee_gateway_verifier_results_total", map[string]string{"result": r}))
 			}
 			// An admitted call's fate rests on the verifier's prediction of
-			// its hash's cost and queue, and on a machine shared with other
-			// test packages a hash may overrun it: then the verifier drops
-			// the calls queued behind it whose deadline it can no longer
-			// meet, unhashed, or (rarely) one hash ends past its deadline.
-			// Three admitted calls in a hundred (at least two) may end so.
+			// its hash's cost, and on a machine shared with other test
+			// packages a hash may overrun it: one admitted call in fifty
+			// (at least two) may end past its deadline; no more.
 			admitted := gw.metric(t, "levee_gateway_admitted_total", nil) - admittedBefore
-			overrun := max(2, int(admitted)*3/100)
+			overrun := max(2, int(admitted)/50)
 			others := 0
 			for _, c := range otherErr.snapshot() {
 				others += c

@@ -84,30 +84,31 @@ func TestQueueByTimeAnswersBursts(t *testing.T) {
 	}
 }
 
-// The limiter aims at one service time of the slowest serving verifier when
-// that is longer than its configured target (a queue of one call per worker
-// is the queue working), capped at half the client timeout.
+// The limiter aims at twice the wait the verifiers' queues allow (the queue
+// delay plus one service time of the slowest serving verifier) when that is
+// longer than its configured target, capped at the client timeout.
 func TestQueueTargetFollowsServiceTime(t *testing.T) {
 	v1, v2 := startVerifier(t, nil), startVerifier(t, nil)
 	cfg := gatewayConfig(v1.addr, v2.addr)
+	cfg.VerifierQueueDelay = 50 * time.Millisecond
 	gw := startGateway(t, cfg)
 	gw.waitServing(t, 2)
 	list := gw.g.backends.list()
-	if got := gw.g.queueTarget(); got != cfg.Admission.TargetQueueWait {
-		t.Fatalf("target %v before any answer, want the configured %v", got, cfg.Admission.TargetQueueWait)
+	if got, want := gw.g.queueTarget(), 2*cfg.VerifierQueueDelay; got != want {
+		t.Fatalf("target %v before any answer, want twice the queue delay, %v", got, want)
 	}
 	for range serviceSamples {
 		list[0].service.observe(20 * time.Millisecond)
 		list[1].service.observe(300 * time.Millisecond)
 	}
 	gw.g.fitCeiling()
-	if got := gw.g.limiter.Target(); got != 300*time.Millisecond {
-		t.Errorf("limiter target %v with the slowest verifier at 300ms, want 300ms", got)
+	if got, want := gw.g.limiter.Target(), 2*(cfg.VerifierQueueDelay+300*time.Millisecond); got != want {
+		t.Errorf("limiter target %v with the slowest verifier at 300ms, want %v", got, want)
 	}
 	for range serviceSamples {
 		list[1].service.observe(time.Hour)
 	}
-	if got, want := gw.g.queueTarget(), cfg.Autopilot.ClientTimeout/2; got != want {
+	if got, want := gw.g.queueTarget(), cfg.Autopilot.ClientTimeout; got != want {
 		t.Errorf("target %v with a verifier at an hour, want the cap %v", got, want)
 	}
 }

@@ -268,6 +268,10 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 			set(pre+"_inflight", sumOf(mfs, "levee_gateway_inflight", nil))
 			set(pre+"_admitted", sc.delta(name, "admitted", sumOf(mfs, "levee_gateway_admitted_total", nil)))
 			set(pre+"_refused", sc.delta(name, "refused", sumOf(mfs, "levee_gateway_refused_total", nil)))
+			for _, r := range []string{"limit", "priority", "busy", "deadline", "no_verifier"} {
+				set(pre+"_refused_"+r, sc.delta(name, "refused_"+r,
+					sumOf(mfs, "levee_gateway_refused_total", map[string]string{"reason": r})))
+			}
 			set(pre+"_breakers_open", countWhere(mfs, "levee_gateway_verifier_breaker_state", 2))
 			set(pre+"_breakers_half_open", countWhere(mfs, "levee_gateway_verifier_breaker_state", 1))
 			set(pre+"_autopilot", sumOf(mfs, "levee_gateway_autopilot_engaged", nil))

@@ -35,7 +35,9 @@ type backend struct {
 	workers atomic.Int64 // its workers, from its last answer (0: not known yet)
 	queue   atomic.Int64 // calls it may hold beyond its workers (see Gateway.fitQueues)
 	serving atomic.Bool  // last word of its health stream
-	service serviceTimes // its recent service times, for the capacity estimate
+	service serviceTimes // its recent service times, for the capacity estimate and its queue
+	answers answerCounts // its recent answers, good and bad, for outlier ejection
+	eject   ejection     // whether, and until when, it is ejected as an outlier
 	retired atomic.Bool  // left the membership; never picked again
 
 	stop context.CancelFunc
@@ -143,11 +145,15 @@ func (bs *backends) pick(exclude *backend, extra int64) (chosen *backend, servin
 	if n == 0 {
 		return nil, false
 	}
+	now := time.Now()
 	try := func(c *backend) bool {
 		if c == exclude || !c.eligible() {
 			return false
 		}
 		serving = true
+		if c.eject.ejected(now) {
+			return false
+		}
 		return c.pending.Load() < c.slots(extra) && c.brk.Load().Allow() && c.reserve(extra)
 	}
 	// Two distinct random candidates, the less loaded first.

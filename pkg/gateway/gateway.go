@@ -107,6 +107,9 @@ type Gateway struct {
 	brkCfg    atomic.Pointer[breaker.Config]
 	settings  atomic.Pointer[Settings]
 	closeOnce sync.Once
+
+	outlierMu     sync.Mutex   // one ejectOutliers at a time
+	outlierJudged atomic.Int64 // unix nanos of the last judgeSoon
 }
 
 var _ verifyv1.VerifyServiceServer = (*Gateway)(nil)
@@ -340,6 +343,7 @@ func (g *Gateway) housekeep(ctx context.Context) {
 	t := time.NewTicker(t0)
 	defer t.Stop()
 	for {
+		g.ejectOutliers(time.Now())
 		g.fitQueues()
 		g.fitCeiling()
 		g.setServing(g.ServingVerifiers() > 0)
@@ -701,6 +705,13 @@ func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f cal
 		return hopResult{err: errAbandoned, sample: admission.Sample{Outcome: admission.OutcomeIgnore}}
 	}
 	code := status.Code(err)
+	// The caller's input and the caller leaving say nothing of the node.
+	now := time.Now()
+	good := code == codes.OK || code == codes.InvalidArgument || code == codes.Canceled
+	b.answers.add(now, good)
+	if !good {
+		g.judgeSoon(now)
+	}
 	res := hopResult{err: err, sample: admission.Sample{Outcome: admission.OutcomeIgnore}}
 	switch code {
 	case codes.OK, codes.InvalidArgument:

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"time"
+
 	"sync"
 	"sync/atomic"
 
@@ -81,6 +83,8 @@ type metrics struct {
 
 	vOutstanding *prometheus.GaugeVec // by verifier
 	vBreaker     *prometheus.GaugeVec // by verifier: 0 closed, 1 half-open, 2 open
+	vEjected     *prometheus.GaugeVec // by verifier: 1 while ejected as an outlier
+	vEjections   *prometheus.GaugeVec // by verifier: ejections so far
 	vFraction    *prometheus.GaugeVec // by verifier: breaker's admitted fraction
 	vServing     *prometheus.GaugeVec // by verifier
 	vResults     *prometheus.CounterVec
@@ -155,6 +159,14 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 			Name: "levee_gateway_verifier_breaker_state",
 			Help: "Circuit breaker per verifier: 0 closed, 1 half-open, 2 open.",
 		}, []string{"verifier"}),
+		vEjected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "levee_gateway_verifier_ejected",
+			Help: "1 while the verifier is out of rotation as an outlier (its answers mostly refusals or errors while its peers' are not).",
+		}, []string{"verifier"}),
+		vEjections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "levee_gateway_verifier_ejections",
+			Help: "Times the verifier was ejected as an outlier since the gateway first saw it.",
+		}, []string{"verifier"}),
 		vFraction: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "levee_gateway_verifier_breaker_fraction",
 			Help: "Fraction of picks the verifier's breaker admits (1 closed, 0 open, the ramp step half-open).",
@@ -193,7 +205,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 	}
 	reg.MustRegister(admitted, goodput, late, failed, refused, m.invalid, m.fleetRetries, m.fleetNoBudget,
 		m.verifierWait, m.forwardLatency, m.retryRatio, m.configErrors, m.autoEngaged, m.autoActions, m.autoFlushed,
-		m.vOutstanding, m.vBreaker, m.vFraction, m.vServing, m.vResults,
+		m.vOutstanding, m.vBreaker, m.vEjected, m.vEjections, m.vFraction, m.vServing, m.vResults,
 		lim("levee_gateway_limit", "Effective concurrency limit: min(adaptive, ceiling, clamp, autopilot clamp).",
 			func(s admission.Snapshot) float64 { return float64(s.Limit) }),
 		lim("levee_gateway_limit_adaptive", "The adaptive limiter's own limit.",
@@ -236,6 +248,8 @@ func (m *metrics) observeVerifiers(list []*backend) {
 		m.vOutstanding.WithLabelValues(b.addr).Set(float64(b.pending.Load()))
 		m.vBreaker.WithLabelValues(b.addr).Set(breakerGauge(snap.State))
 		m.vFraction.WithLabelValues(b.addr).Set(snap.Fraction)
+		m.vEjected.WithLabelValues(b.addr).Set(b2f(b.eject.ejected(time.Now())))
+		m.vEjections.WithLabelValues(b.addr).Set(float64(b.eject.count.Load()))
 		serving := 0.0
 		if b.eligible() {
 			serving = 1
@@ -248,6 +262,8 @@ func (m *metrics) observeVerifiers(list []*backend) {
 			m.vOutstanding.DeleteLabelValues(addr)
 			m.vBreaker.DeleteLabelValues(addr)
 			m.vFraction.DeleteLabelValues(addr)
+			m.vEjected.DeleteLabelValues(addr)
+			m.vEjections.DeleteLabelValues(addr)
 			m.vServing.DeleteLabelValues(addr)
 			m.vResults.DeletePartialMatch(prometheus.Labels{"verifier": addr})
 		}

@@ -97,10 +97,14 @@ func (s *callSet) flush(cutoff time.Time) int {
 // client timeout) collapses. Engaged, it cuts calls older than the client
 // timeout (their callers have left: finishing them is pure waste), shortens
 // forwarded deadlines to what a caller still waits for, clamps admission to
-// ClampFraction of the measured capacity, and ramps the clamp up by
-// RampFactor each tick that queue wait stays below RampQueueWait (down when
-// it climbs past the client timeout again). It stands down once the clamp has
-// not bound for StandDownAfter ticks.
+// ClampFraction of the measured capacity, and every tick after that either
+// tightens the clamp (×0.8, queue wait past the client timeout again) or
+// ramps it: by RampFactor while queue wait stays below RampQueueWait, by
+// √RampFactor in between, where the signature is gone but the queue is not
+// yet short. It stands down once the clamp has not bound for StandDownAfter
+// ticks, or once it has ramped to the limiter's ceiling, where it no longer
+// limits anything. No tick leaves it as it was: an engaged autopilot either
+// finds the signature again or ends.
 type autopilot struct {
 	g   *Gateway
 	cfg AutopilotConfig
@@ -245,24 +249,27 @@ func (a *autopilot) tick(s signals) {
 		a.clamp = max(1, a.clamp*0.8)
 		a.calm = 0
 		a.g.metrics.autoActions.WithLabelValues("tighten").Inc()
-	case s.queueWait <= a.cfg.RampQueueWait:
+	default:
 		binding := float64(s.peak) >= 0.9*a.clamp
 		if !binding {
 			a.calm++
 			if a.calm >= a.cfg.StandDownAfter {
-				a.standDown("demand below the clamp with low queue wait")
+				a.standDown("demand below the clamp, no metastable signature")
 				return
 			}
 		} else {
 			a.calm = 0
 		}
-		a.clamp = max(a.clamp*a.cfg.RampFactor, a.clamp+1)
+		factor := a.cfg.RampFactor
+		if s.queueWait > a.cfg.RampQueueWait {
+			factor = math.Sqrt(factor) // recovering, not recovered: ramp gently
+		}
+		a.clamp = max(a.clamp*factor, a.clamp+1)
 		a.g.metrics.autoActions.WithLabelValues("ramp").Inc()
-	default:
-		a.calm = 0
 	}
-	if ceiling := float64(a.g.limiter.Snapshot().Ceiling); a.clamp > ceiling {
-		a.clamp = ceiling
+	if ceiling := float64(a.g.limiter.Snapshot().Ceiling); a.clamp >= ceiling {
+		a.standDown("the clamp ramped to the ceiling")
+		return
 	}
 	a.g.limiter.SetEmergency(int(math.Ceil(a.clamp)))
 }

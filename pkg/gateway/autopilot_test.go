@@ -206,3 +206,41 @@ func TestAutopilotRecoversMetastableFleet(t *testing.T) {
 		})
 	}
 }
+
+// Once engaged, the autopilot has no dead band: with queue wait between its
+// ramp threshold and the client timeout (the signature gone, the queue not
+// yet short) and the clamp binding every tick, it keeps ramping and stands
+// down when the clamp reaches the ceiling. It used to do nothing on such a
+// tick, and stayed engaged for as long as the queue sat there (1,000 ticks
+// and more).
+func TestAutopilotHasNoDeadBand(t *testing.T) {
+	v := startVerifier(t, nil)
+	cfg := gatewayConfig(v.addr)
+	cfg.Autopilot.Enabled = true
+	cfg.Autopilot.Tick = time.Hour // the test ticks it by hand
+	gw := startGateway(t, cfg)
+	gw.waitServing(t, 1)
+	a := gw.g.auto
+	ap := cfg.Autopilot
+	congested := signals{answers: 100, throughput: 100, goodput: 0.1, queueWait: 3 * ap.ClientTimeout, busy: 4, peak: 10}
+	for range ap.EngageAfter {
+		a.tick(congested)
+	}
+	if !a.engaged.Load() {
+		t.Fatalf("not engaged after %d congested ticks", ap.EngageAfter)
+	}
+	between := signals{answers: 100, throughput: 100, goodput: 0.9, queueWait: (ap.RampQueueWait + ap.ClientTimeout) / 2,
+		busy: 4, peak: 1 << 20}
+	for i := range 1000 {
+		a.tick(between)
+		if !a.engaged.Load() {
+			t.Logf("stood down after %d ticks between the ramp threshold and the client timeout", i+1)
+			if got := gw.g.limiter.Snapshot().Emergency; got != 0 {
+				t.Errorf("emergency clamp %d after standing down, want none", got)
+			}
+			return
+		}
+	}
+	t.Fatalf("still engaged after 1,000 ticks with queue wait %v (between %v and %v) and no signature",
+		between.queueWait, ap.RampQueueWait, ap.ClientTimeout)
+}

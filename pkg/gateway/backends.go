@@ -15,8 +15,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/naming/endpoints"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/internal/etcdwatch"
@@ -103,7 +105,7 @@ type backends struct {
 	rr   atomic.Uint64 // round-robin position of next
 }
 
-func newBackends(log *slog.Logger, static []string, newBrk func() *breaker.Breaker, retireFor time.Duration,
+func newBackends(log *slog.Logger, static []string, newBrk func() *breaker.Breaker, retireFor, probe time.Duration,
 	onChange func(added, removed []string)) *backends {
 	bs := &backends{
 		log:       log,
@@ -113,6 +115,17 @@ func newBackends(log *slog.Logger, static []string, newBrk func() *breaker.Break
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			// One layer retries, and it is the gateway's own, budgeted.
 			grpc.WithDisableRetry(),
+			// A hung verifier (stopped, paused, its host wedged) keeps its
+			// TCP connection, and its health stream says nothing: an
+			// HTTP/2 ping unanswered for probe closes the connection,
+			// which ends the health stream and takes it out of rotation.
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: probe, Timeout: probe, PermitWithoutStream: true}),
+			// And when it answers again, it is back within a couple of
+			// seconds, not grpc's default backoff of up to two minutes.
+			grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+				MinConnectTimeout: 2 * time.Second,
+			}),
 		},
 		onChange: onChange,
 		static:   map[string]bool{},

@@ -90,8 +90,13 @@ type Config struct {
 	// autopilot. Never for production.
 	Unguarded bool
 
-	// ProbeInterval is how often the gateway checks the health of each
-	// verifier (gRPC health checking) besides watching its connection.
+	// ProbeInterval is how often the gateway pings each verifier's
+	// connection (HTTP/2 keepalive), and how long it waits for the answer:
+	// a verifier that does not answer (stopped, paused, its host hung) is
+	// disconnected, which ends its health stream and takes it out of
+	// rotation, within about two intervals. grpc-go pings at most every
+	// 10 s, so a shorter interval is raised to that; verifiers accept pings
+	// every 5 s (their keepalive enforcement policy).
 	ProbeInterval time.Duration
 
 	// Logger receives operational logs; nil means slog.Default(). Nothing
@@ -167,7 +172,7 @@ func DefaultConfig() Config {
 		Margin:        MarginConfig{Attempts: 3, RetryRatio: -1},
 		PushbackMin:   100 * time.Millisecond,
 		PushbackMax:   1000 * time.Millisecond,
-		ProbeInterval: time.Second,
+		ProbeInterval: 10 * time.Second,
 	}
 }
 

@@ -152,7 +152,7 @@ func New(cfg Config) (*Gateway, error) {
 		ms := (cfg.PushbackMin + time.Duration(float64(span)*float64(i)/float64(len(g.pushbacks)-1))).Milliseconds()
 		g.pushbacks[i] = metadata.Pairs(PushbackTrailer, strconv.FormatInt(ms, 10))
 	}
-	g.backends = newBackends(g.log, cfg.Verifiers, g.newBreaker, cfg.Deadline.Max, nil)
+	g.backends = newBackends(g.log, cfg.Verifiers, g.newBreaker, cfg.Deadline.Max, cfg.ProbeInterval, nil)
 	g.metrics = newMetrics(g.reg, g)
 	g.marginGauges = newMarginGauges(g.reg)
 	g.auto = newAutopilot(g, cfg.Autopilot)

@@ -64,6 +64,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/orca"
 	"google.golang.org/grpc/reflection"
@@ -206,6 +207,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(verify.MaxRequestSize),
+		// Gateways ping every connection (their ProbeInterval, 10 s at
+		// least) to find a hung verifier; grpc's default policy would
+		// answer pings more often than every 5 minutes with GOAWAY.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 		orca.CallMetricsServerOption(s.load),

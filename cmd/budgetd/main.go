@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -74,11 +73,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (subcommands: status)", fs.Arg(0))
 	}
-	for _, ep := range strings.Split(*etcd, ",") {
-		if ep = strings.TrimSpace(ep); ep != "" {
-			cfg.EtcdEndpoints = append(cfg.EtcdEndpoints, ep)
-		}
-	}
+	cfg.EtcdEndpoints = append(cfg.EtcdEndpoints, flagenv.List(*etcd)...)
 	if err := cfg.EtcdLogLevel.UnmarshalText([]byte(*etcdLog)); err != nil {
 		return fmt.Errorf("-etcd-log-level: %w", err)
 	}

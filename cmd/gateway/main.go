@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/leveehq/levee/internal/flagenv"
@@ -70,8 +69,8 @@ func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) 
 	if fs.NArg() > 0 {
 		return cfg, false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	cfg.EtcdEndpoints = splitList(*etcd)
-	cfg.Verifiers = splitList(*verifiers)
+	cfg.EtcdEndpoints = flagenv.List(*etcd)
+	cfg.Verifiers = flagenv.List(*verifiers)
 	return cfg, *logJSON, cfg.Validate()
 }
 
@@ -88,14 +87,4 @@ func run(args []string, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return gateway.Run(ctx, cfg)
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

@@ -170,8 +170,8 @@ func parseStorm(args []string, stderr io.Writer, lookup func(string) (string, bo
 			cfg.Compose.Root = storm.ModuleRoot(wd)
 		}
 	}
-	cfg.Fleets = splitList(*fleets)
-	cfg.TargetMetrics = splitList(*targetMetrics)
+	cfg.Fleets = flagenv.List(*fleets)
+	cfg.TargetMetrics = flagenv.List(*targetMetrics)
 	cfg.Local.VerifierFlags, cfg.Local.GatewayFlags, cfg.Local.BudgetdFlags = strings.Fields(*vflags), strings.Fields(*gflags), strings.Fields(*bflags)
 	var err error
 	if c.Mix, err = storm.ParseMix(*mix); err != nil {
@@ -197,7 +197,7 @@ func parseStorm(args []string, stderr io.Writer, lookup func(string) (string, bo
 	if *grid {
 		cfg.Mode = storm.GridMode
 		cfg.Grid.Triggers = nil
-		for _, t := range splitList(*gridTriggers) {
+		for _, t := range flagenv.List(*gridTriggers) {
 			tr, err := storm.ParseTrigger(t, e.Trigger)
 			if err != nil {
 				return cfg, false, fmt.Errorf("storm: -grid-triggers: %w", err)
@@ -268,7 +268,7 @@ func btoi(b bool) int {
 
 func parseDurations(s string) ([]time.Duration, error) {
 	var out []time.Duration
-	for _, p := range splitList(s) {
+	for _, p := range flagenv.List(s) {
 		d, err := time.ParseDuration(p)
 		if err != nil {
 			return nil, err
@@ -280,7 +280,7 @@ func parseDurations(s string) ([]time.Duration, error) {
 
 func parseFloats(s string) ([]float64, error) {
 	var out []float64
-	for _, p := range splitList(s) {
+	for _, p := range flagenv.List(s) {
 		f, err := strconv.ParseFloat(p, 64)
 		if err != nil {
 			return nil, err
@@ -288,14 +288,4 @@ func parseFloats(s string) ([]float64, error) {
 		out = append(out, f)
 	}
 	return out, nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/leveehq/levee/internal/flagenv"
@@ -65,11 +64,7 @@ func run(args []string) error {
 	if *par > 255 || *maxPar > 255 || *mem > 1<<32-1 || *iter > 1<<32-1 || *maxMem > 1<<32-1 || *maxIter > 1<<32-1 {
 		return fmt.Errorf("an Argon2 parameter is out of range")
 	}
-	for _, ep := range strings.Split(*etcd, ",") {
-		if ep = strings.TrimSpace(ep); ep != "" {
-			cfg.EtcdEndpoints = append(cfg.EtcdEndpoints, ep)
-		}
-	}
+	cfg.EtcdEndpoints = append(cfg.EtcdEndpoints, flagenv.List(*etcd)...)
 	cfg.Policy.Params.Memory, cfg.Policy.Params.Iterations, cfg.Policy.Params.Parallelism = uint32(*mem), uint32(*iter), uint8(*par)
 	cfg.Limits.MaxMemoryKiB, cfg.Limits.MaxIterations, cfg.Limits.MaxParallelism = uint32(*maxMem), uint32(*maxIter), uint8(*maxPar)
 

@@ -42,3 +42,15 @@ func Parse(fs *flag.FlagSet, args []string, lookup func(string) (string, bool)) 
 	})
 	return err
 }
+
+// List splits a comma-separated flag value, trimming each element and
+// dropping empty ones: "a, b,,c" is [a b c], "" is nil.
+func List(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -3,6 +3,7 @@ package flagenv
 import (
 	"flag"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,5 +42,18 @@ func TestParseBadEnvNamesVariable(t *testing.T) {
 	err := Parse(fs, nil, func(k string) (string, bool) { return "many", k == "LEVEE_WORKERS" })
 	if err == nil || !strings.Contains(err.Error(), "LEVEE_WORKERS") {
 		t.Fatalf("Parse = %v, want an error naming LEVEE_WORKERS", err)
+	}
+}
+
+func TestList(t *testing.T) {
+	for in, want := range map[string][]string{
+		"":               nil,
+		"a":              {"a"},
+		" a , b,,c , ":   {"a", "b", "c"},
+		"127.0.0.1:2379": {"127.0.0.1:2379"},
+	} {
+		if got := List(in); !slices.Equal(got, want) {
+			t.Errorf("List(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -33,19 +33,27 @@ func (r *refusingVerifier) Verify(context.Context, *verifyv1.VerifyRequest) (*ve
 // startRefusing serves a refusingVerifier on 127.0.0.1, SERVING.
 func startRefusing(t *testing.T) (*refusingVerifier, string) {
 	t.Helper()
+	r := &refusingVerifier{}
+	return r, serveBackend(t, r)
+}
+
+// serveBackend serves impl as a verifier on 127.0.0.1 over real gRPC, its
+// health service saying SERVING, until the test ends; it returns the
+// address. For backends that behave as no real verifier can be made to.
+func serveBackend(t *testing.T, impl verifyv1.VerifyServiceServer) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	r := &refusingVerifier{}
-	verifyv1.RegisterVerifyServiceServer(srv, r)
+	verifyv1.RegisterVerifyServiceServer(srv, impl)
 	hs := health.NewServer()
 	hs.SetServingStatus(verifyv1.VerifyService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, hs)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	return r, lis.Addr().String()
+	return lis.Addr().String()
 }
 
 // load sends calls from 4 callers for d and counts the failures in each

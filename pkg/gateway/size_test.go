@@ -3,15 +3,11 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -92,19 +88,7 @@ func (quotaVerifier) Verify(context.Context, *verifyv1.VerifyRequest) (*verifyv1
 // -1) counts as overload for the limiter: other RESOURCE_EXHAUSTED answers
 // are passed back and leave the limit alone.
 func TestOnlyVerifierOverloadMovesTheLimit(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	verifyv1.RegisterVerifyServiceServer(srv, quotaVerifier{})
-	hs := health.NewServer()
-	hs.SetServingStatus(verifyv1.VerifyService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(srv, hs)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-
-	cfg := gatewayConfig(lis.Addr().String())
+	cfg := gatewayConfig(serveBackend(t, quotaVerifier{}))
 	cfg.Admission.InitialLimit, cfg.Admission.MinLimit = 10, 2
 	gw := startGateway(t, cfg)
 	gw.waitServing(t, 1)

@@ -34,7 +34,8 @@ type backend struct {
 	client  verifyv1.VerifyServiceClient
 	brk     atomic.Pointer[breaker.Breaker]
 	pending atomic.Int64 // calls holding a slot on it: forwarded or about to be
-	workers atomic.Int64 // its workers, from its last answer (0: not known yet)
+	workers atomic.Int64 // its workers, from its last answer (0: not known, or forgotten)
+	workAt  atomic.Int64 // unix nanos of the last answer that said how many
 	queue   atomic.Int64 // calls it may hold beyond its workers (see Gateway.fitQueues)
 	serving atomic.Bool  // last word of its health stream
 	service serviceTimes // its recent service times, for the capacity estimate and its queue
@@ -48,6 +49,24 @@ type backend struct {
 
 // eligible reports whether b may be picked at all (its breaker aside).
 func (b *backend) eligible() bool { return b.serving.Load() && !b.retired.Load() }
+
+// sawWorkers records an answer's worker count and reports whether it changed.
+func (b *backend) sawWorkers(w int64) bool {
+	b.workAt.Store(time.Now().UnixNano())
+	return b.workers.Swap(w) != w
+}
+
+// expireWorkers forgets a worker count that no answer confirmed for
+// workersTTL.
+func (b *backend) expireWorkers(now time.Time) {
+	if at := b.workAt.Load(); at != 0 && now.UnixNano()-at > int64(workersTTL) {
+		b.workers.Store(0)
+	}
+}
+
+// workersTTL is how long a verifier's reported worker count is believed
+// without an answer repeating it.
+const workersTTL = 10 * time.Second
 
 // slots is how many calls b may hold at once: its workers (one until its
 // first answer says how many it runs), plus the calls it may queue, plus

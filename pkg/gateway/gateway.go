@@ -450,13 +450,17 @@ func (g *Gateway) slotQueue(f callmeta.Facts) int64 {
 // workers finish in Config.VerifierQueueDelay at its median service time,
 // and at least one per worker (a burst waits one service time at most,
 // rather than being refused as by a loss system), or none when the delay is
-// zero. Until a verifier has answered, its service time is unknown and it
+// zero. A worker count no answer has confirmed for workersTTL is forgotten
+// (a verifier that only refuses, or restarted smaller, is not credited with
+// the workers it once had). Until a verifier has answered, its service time is unknown and it
 // gets the one per worker. It runs once a second and when a verifier reports
 // a new worker count (and each answer refits its own verifier); the
 // limiter's ceiling follows (fitCeiling).
 func (g *Gateway) fitQueues() {
 	delay := g.cfg.VerifierQueueDelay
+	now := time.Now()
 	for _, b := range g.backends.list() {
+		b.expireWorkers(now)
 		b.queue.Store(queueFor(max(b.workers.Load(), 1), b.service.median(), delay))
 	}
 }
@@ -695,7 +699,7 @@ func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f cal
 	var trailer metadata.MD
 	err = fn(octx, b.client, grpc.Trailer(&trailer))
 	b.release()
-	if w := trailerInt(trailer, verifier.WorkersTrailer); w > 0 && b.workers.Swap(w) != w {
+	if w := trailerInt(trailer, verifier.WorkersTrailer); w > 0 && b.sawWorkers(w) {
 		g.fitQueues()
 		g.fitCeiling()
 	}

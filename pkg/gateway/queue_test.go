@@ -9,6 +9,7 @@ import (
 	"time"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/pkg/verifier"
 )
 
 // queueFor sizes a verifier's queue in time, at least one call per worker.
@@ -110,5 +111,26 @@ func TestQueueTargetFollowsServiceTime(t *testing.T) {
 	}
 	if got, want := gw.g.queueTarget(), cfg.Autopilot.ClientTimeout; got != want {
 		t.Errorf("target %v with a verifier at an hour, want the cap %v", got, want)
+	}
+}
+
+// A worker count no answer repeats is forgotten after workersTTL: a
+// verifier that only refuses is not credited with the workers it once had.
+func TestWorkerCountExpires(t *testing.T) {
+	v := startVerifier(t, func(c *verifier.Config) { c.Workers = 3 })
+	gw := startGateway(t, gatewayConfig(v.addr))
+	gw.waitServing(t, 1)
+	gw.learnService(t, storedHash("pw", 64, 1))
+	b := gw.g.backends.list()[0]
+	if got := b.workers.Load(); got != 3 {
+		t.Fatalf("workers %d after an answer, want 3", got)
+	}
+	b.expireWorkers(time.Now().Add(workersTTL / 2))
+	if got := b.workers.Load(); got != 3 {
+		t.Fatalf("workers %d half a TTL later, want 3", got)
+	}
+	b.expireWorkers(time.Now().Add(workersTTL + time.Second))
+	if got := b.workers.Load(); got != 0 {
+		t.Fatalf("workers %d a TTL after the last answer, want 0 (forgotten)", got)
 	}
 }

@@ -409,12 +409,19 @@ func (bs *backends) forEach(fn func(*backend)) {
 	}
 }
 
-// resetBreakers gives every backend a fresh breaker (new settings).
+// resetBreakers gives every backend a breaker under new settings. A
+// breaker that was not closed hands over open (a fresh open time under the
+// new settings): a settings change is not evidence that a failing verifier
+// recovered, and must not put it back in full rotation.
 func (bs *backends) resetBreakers() {
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
 	for _, b := range bs.byAddr {
-		b.brk.Store(bs.newBrk())
+		nb := bs.newBrk()
+		if b.brk.Load().State() != breaker.Closed {
+			nb.Trip()
+		}
+		b.brk.Store(nb)
 	}
 }
 

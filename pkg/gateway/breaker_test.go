@@ -113,3 +113,22 @@ func TestBreakerTripsAndRampsBack(t *testing.T) {
 		t.Errorf("v1 took %.2f of the calls once closed, want about half", last)
 	}
 }
+
+// New breaker settings do not close an open breaker: the failing verifier
+// stays out of rotation (a fresh open time under the new settings) while the
+// healthy one keeps a closed breaker. Every backend used to get a fresh
+// closed breaker, putting a failing node back in full rotation.
+func TestBreakerSettingsChangeKeepsOpenBreakersOpen(t *testing.T) {
+	v1, v2 := startVerifier(t, nil), startVerifier(t, nil)
+	gw := startGateway(t, gatewayConfig(v1.addr, v2.addr))
+	gw.waitServing(t, 2)
+	list := gw.g.backends.list()
+	list[0].brk.Load().Trip()
+	gw.g.backends.resetBreakers()
+	if got := list[0].brk.Load().State(); got == breaker.Closed {
+		t.Errorf("tripped breaker after a settings change: %v, want not closed", got)
+	}
+	if got := list[1].brk.Load().State(); got != breaker.Closed {
+		t.Errorf("healthy breaker after a settings change: %v, want closed", got)
+	}
+}

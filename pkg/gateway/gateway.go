@@ -399,6 +399,9 @@ var (
 		"dropped by the recovery autopilot: older than the typical client timeout")
 )
 
+// pushbackDoNotRetry tells the caller not to retry: the fleet already did.
+var pushbackDoNotRetry = metadata.Pairs(PushbackTrailer, "-1")
+
 // pushback sets a jittered retry-after trailer.
 func (g *Gateway) pushback(ctx context.Context) {
 	_ = grpc.SetTrailer(ctx, g.pushbacks[rand.IntN(len(g.pushbacks))])
@@ -616,12 +619,20 @@ func (g *Gateway) serve(ctx context.Context, f callmeta.Facts, b *backend, hop h
 	call := g.calls.add(arrived)
 	defer g.calls.remove(call)
 
+	// First attempts are counted once, where they start: a caller's retry
+	// (attempt 2 and on) is the caller's budget's business, and counting it
+	// here too would let retries earn retries.
+	first := f.Attempt <= 1
 	g.fleetRatio.add(true)
-	if g.retry != nil {
+	if g.retry != nil && first {
 		g.retry.RecordFirstAttempt()
 	}
 	res := g.hop(ctx, call, b, f, hop)
-	if res.retryable {
+	// One layer retries a given failure: the gateway retries a caller's
+	// first attempt only, and once it has, tells the caller not to retry
+	// that failure again (pushback -1). Both layers retrying would make the
+	// fleet's bound (1 + r)² × first attempts instead of (1 + r).
+	if res.retryable && first {
 		if b2 := g.retryTarget(ctx, f, b); b2 != nil {
 			g.metrics.fleetRetries.Inc()
 			g.fleetRatio.add(false)
@@ -629,6 +640,9 @@ func (g *Gateway) serve(ctx context.Context, f callmeta.Facts, b *backend, hop h
 			rf := f
 			rf.Attempt = max(f.Attempt, 1) + 1
 			res = g.hop(ctx, call, b2, rf, hop)
+			if res.err != nil && res.pushback == nil {
+				res.pushback = pushbackDoNotRetry
+			}
 		} else {
 			g.metrics.fleetNoBudget.Inc()
 		}

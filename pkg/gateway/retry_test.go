@@ -6,11 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/pkg/budget/budgettest"
 	"github.com/leveehq/levee/pkg/budgetd"
+	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/verifier"
 )
 
@@ -157,5 +160,62 @@ func TestVerifierOverloadNotRetried(t *testing.T) {
 	}
 	if got := gw.metric(t, "levee_gateway_verifier_results_total", map[string]string{"result": "overloaded"}); got != float64(results.get("ResourceExhausted")) {
 		t.Errorf("overloaded hops %v, refusals returned %d", got, results.get("ResourceExhausted"))
+	}
+}
+
+// One layer retries a given failure. A caller's first attempt that fails
+// with UNAVAILABLE is retried once by the gateway, and when that fails too
+// the caller is told not to retry (pushback -1): the fleet already did. A
+// caller's own retry (attempt 2) is not retried again by the gateway. With
+// both layers retrying, the fleet's bound was (1 + r)² × first attempts.
+func TestOneLayerRetries(t *testing.T) {
+	v1, v2 := startVerifier(t, nil), startVerifier(t, nil)
+	cfg := gatewayConfig(v1.addr, v2.addr)
+	cfg.Breaker.MinRequests = 1 << 20 // breakers are not under test
+	bs := startBudget(t, budgetd.Settings{Ratio: 1, Burst: 100, MinPerSecond: 100})
+	cfg.BudgetTarget = bs.Addr()
+	gw := startGateway(t, cfg)
+	gw.waitServing(t, 2)
+	waitFor(t, 10*time.Second, "a budget lease", func() bool { return gw.g.retry.Allow() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, v := range []*testVerifier{v1, v2} {
+		if _, err := v.admin.SetCapacity(ctx, &verifyv1.SetCapacityRequest{ErrorFraction: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req := &verifyv1.VerifyRequest{EncodedHash: storedHash("pw", 64, 1), Password: []byte("pw")}
+	call := func(attempt int) (metadata.MD, error) {
+		var trailer metadata.MD
+		_, err := gw.client.Verify(callmeta.AppendOutgoing(ctx, callmeta.Facts{Attempt: attempt}), req, grpc.Trailer(&trailer))
+		return trailer, err
+	}
+
+	before := gw.metric(t, "levee_gateway_fleet_retries_total", nil)
+	trailer, err := call(1)
+	if code(err) != codes.Unavailable {
+		t.Fatalf("first attempt with every verifier failing: %v, want UNAVAILABLE", err)
+	}
+	if got := gw.metric(t, "levee_gateway_fleet_retries_total", nil) - before; got != 1 {
+		t.Errorf("the gateway retried a first attempt %v times, want once", got)
+	}
+	if pb := trailer.Get(PushbackTrailer); len(pb) != 1 || pb[0] != "-1" {
+		t.Errorf("pushback %q after the gateway's own retry failed, want -1 (do not retry)", pb)
+	}
+
+	before = gw.metric(t, "levee_gateway_fleet_retries_total", nil)
+	deniedBefore := gw.metric(t, "levee_gateway_fleet_retries_denied_total", nil)
+	trailer, err = call(2)
+	if code(err) != codes.Unavailable {
+		t.Fatalf("a caller's retry with every verifier failing: %v, want UNAVAILABLE", err)
+	}
+	if got := gw.metric(t, "levee_gateway_fleet_retries_total", nil) - before; got != 0 {
+		t.Errorf("the gateway retried a caller's retry %v times, want never", got)
+	}
+	if got := gw.metric(t, "levee_gateway_fleet_retries_denied_total", nil) - deniedBefore; got != 0 {
+		t.Errorf("the gateway asked the budget to retry a caller's retry (%v denied), want it never considered", got)
+	}
+	if pb := trailer.Get(PushbackTrailer); len(pb) == 1 && pb[0] == "-1" {
+		t.Errorf("pushback -1 on a failure nobody retried; want the ordinary jittered pushback")
 	}
 }

@@ -177,13 +177,12 @@ func (bs *backends) pick(exclude *backend, extra int64) (chosen *backend, servin
 	if n == 0 {
 		return nil, false
 	}
-	now := time.Now()
 	try := func(c *backend) bool {
 		if c == exclude || !c.eligible() {
 			return false
 		}
 		serving = true
-		if c.eject.ejected(now) {
+		if c.eject.ejectedNow() {
 			return false
 		}
 		return c.pending.Load() < c.slots(extra) && c.brk.Load().Allow() && c.reserve(extra)

@@ -48,27 +48,26 @@ type serviceTimes struct {
 	mu   sync.Mutex
 	ring [serviceSamples]time.Duration
 	n    int
+	med  atomic.Int64 // the samples' median, recomputed by observe; 0 with none
 }
 
+// observe adds a sample and recomputes the median, once per sample, so
+// that the readers (each verifier's queue size, the limiter's target, the
+// margin) read it for nothing.
 func (s *serviceTimes) observe(d time.Duration) {
 	s.mu.Lock()
 	s.ring[s.n%serviceSamples] = d
 	s.n++
+	var xs [serviceSamples]time.Duration
+	k := min(s.n, serviceSamples)
+	copy(xs[:], s.ring[:k])
+	slices.Sort(xs[:k])
+	s.med.Store(int64(xs[k/2]))
 	s.mu.Unlock()
 }
 
 // median is the median of the samples, 0 with none.
-func (s *serviceTimes) median() time.Duration {
-	s.mu.Lock()
-	k := min(s.n, serviceSamples)
-	xs := slices.Clone(s.ring[:k])
-	s.mu.Unlock()
-	if k == 0 {
-		return 0
-	}
-	slices.Sort(xs)
-	return xs[k/2]
-}
+func (s *serviceTimes) median() time.Duration { return time.Duration(s.med.Load()) }
 
 // maxWindow is the highest value added over the last len(ring) rolls.
 type maxWindow struct {

@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"time"
-
 	"sync"
 	"sync/atomic"
 
@@ -248,7 +246,7 @@ func (m *metrics) observeVerifiers(list []*backend) {
 		m.vOutstanding.WithLabelValues(b.addr).Set(float64(b.pending.Load()))
 		m.vBreaker.WithLabelValues(b.addr).Set(breakerGauge(snap.State))
 		m.vFraction.WithLabelValues(b.addr).Set(snap.Fraction)
-		m.vEjected.WithLabelValues(b.addr).Set(b2f(b.eject.ejected(time.Now())))
+		m.vEjected.WithLabelValues(b.addr).Set(b2f(b.eject.ejectedNow()))
 		m.vEjections.WithLabelValues(b.addr).Set(float64(b.eject.count.Load()))
 		serving := 0.0
 		if b.eligible() {

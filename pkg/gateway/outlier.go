@@ -58,7 +58,8 @@ func (c *answerCounts) advanceLocked(now int64) {
 		c.good[c.head], c.bad[c.head] = 0, 0
 		if now-c.second > int64(outlierBuckets) {
 			// Idle for longer than the window: start afresh.
-			c.good, c.bad, c.second = [outlierBuckets]int64{}, [outlierBuckets]int64{}, now
+			c.clearLocked()
+			c.second = now
 		}
 	}
 }
@@ -94,6 +95,14 @@ type ejection struct {
 }
 
 func (e *ejection) ejected(now time.Time) bool { return now.UnixNano() < e.until.Load() }
+
+// ejectedNow is ejected at the current time, reading the clock only when
+// the verifier was ever ejected: the pick path of a healthy fleet pays one
+// atomic load.
+func (e *ejection) ejectedNow() bool {
+	u := e.until.Load()
+	return u != 0 && time.Now().UnixNano() < u
+}
 
 // judgeSoon runs ejectOutliers after a bad answer, at most once per
 // outlierJudgeEvery: a node whose ejection just ended is judged again on
@@ -182,6 +191,10 @@ func (g *Gateway) ejectOutliers(now time.Time) {
 func (c *answerCounts) reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.clearLocked()
+}
+
+func (c *answerCounts) clearLocked() {
 	c.good, c.bad = [outlierBuckets]int64{}, [outlierBuckets]int64{}
 }
 

@@ -132,18 +132,18 @@ func lanes(h *Hash, parallelism int) float64 {
 }
 
 // Estimate returns the expected time one check against h holds a worker.
-func (m *CostModel) Estimate(h *Hash) time.Duration {
-	f := costFamily(h.Algorithm)
-	m.mu.Lock()
-	per := m.base[f] * m.stretchLocked(f, m.now())
-	m.mu.Unlock()
-	return seconds(per * h.Work() / lanes(h, m.parallelism))
-}
+func (m *CostModel) Estimate(h *Hash) time.Duration { return m.estimate(h, true) }
 
 // Baseline returns the calibrated estimate for h, without the stretch.
-func (m *CostModel) Baseline(h *Hash) time.Duration {
+func (m *CostModel) Baseline(h *Hash) time.Duration { return m.estimate(h, false) }
+
+func (m *CostModel) estimate(h *Hash, stretched bool) time.Duration {
+	f := costFamily(h.Algorithm)
 	m.mu.Lock()
-	per := m.base[costFamily(h.Algorithm)]
+	per := m.base[f]
+	if stretched {
+		per *= m.stretchLocked(f, m.now())
+	}
 	m.mu.Unlock()
 	return seconds(per * h.Work() / lanes(h, m.parallelism))
 }

@@ -117,21 +117,22 @@ func TestTooBigRefusedAtArrival(t *testing.T) {
 	cfg.MemoryBudget = mib
 	p := newPool(t, cfg)
 
+	ctx := bounded(t)
 	ran := false
-	_, err := p.Submit(context.Background(), time.Millisecond, mib+1, func() { ran = true })
+	_, err := p.Submit(ctx, time.Millisecond, mib+1, func() { ran = true })
 	if !errors.Is(err, ErrTooBig) || !errors.Is(err, ErrRefused) {
 		t.Errorf("Submit of budget+1 bytes: %v, want ErrTooBig (an ErrRefused)", err)
 	}
 	if ran || p.Stats().Queued != 0 {
 		t.Errorf("a job over the budget ran (%v) or was queued (%d)", ran, p.Stats().Queued)
 	}
-	if _, err := p.Submit(context.Background(), time.Millisecond, mib, func() { ran = true }); err != nil || !ran {
+	if _, err := p.Submit(ctx, time.Millisecond, mib, func() { ran = true }); err != nil || !ran {
 		t.Errorf("Submit of exactly the budget: err=%v ran=%v, want nil and true", err, ran)
 	}
 
 	// No budget: memory is not accounted, and nothing is too big.
 	q := newPool(t, baseConfig(clk))
-	if _, err := q.Submit(context.Background(), time.Millisecond, 1<<40, func() {}); err != nil {
+	if _, err := q.Submit(ctx, time.Millisecond, 1<<40, func() {}); err != nil {
 		t.Errorf("Submit without a budget: %v, want nil", err)
 	}
 }
@@ -245,16 +246,17 @@ func TestProjectedWaitCountsMemory(t *testing.T) {
 	cfg.MemoryBudget = 2 * mib
 	p := newPool(t, cfg)
 
+	ctx := bounded(t)
 	hold := make(chan struct{})
 	done := make(chan error, 5)
 	go func() {
-		_, err := p.Submit(context.Background(), time.Second, 2*mib, func() { <-hold })
+		_, err := p.Submit(ctx, time.Second, 2*mib, func() { <-hold })
 		done <- err
 	}()
 	waitFor(t, "budget held", func() bool { return p.Stats().MemoryInUse == 2*mib })
 	for i := range 4 {
 		go func() {
-			_, err := p.Submit(context.Background(), time.Second, mib, func() {})
+			_, err := p.Submit(ctx, time.Second, mib, func() {})
 			done <- err
 		}()
 		waitFor(t, "job to queue", func() bool { return p.Stats().Queued == i+1 })

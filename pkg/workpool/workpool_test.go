@@ -18,6 +18,16 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // fakeClock is a manually advanced clock.
 type fakeClock struct{ ns atomic.Int64 }
 
+// bounded is the test's context with a deadline a minute away: a Submit
+// that a regression leaves waiting fails the test (ErrCancelled) instead of
+// hanging it until go test's timeout. The pool's fake clock starts at the
+// real time, so the deadline means the same to it.
+func bounded(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 func newFakeClock() *fakeClock {
 	c := &fakeClock{}
 	c.ns.Store(time.Now().UnixNano())

@@ -122,7 +122,8 @@ func New(cfg Config) (*Breaker, error) {
 // Allow reports whether a request may be sent to the backend now: always
 // when closed, never while open, and with the current step's probability
 // (or as a ProbeEvery probe) when half-open. Every admitted request's
-// outcome should be passed to Record. Allow never allocates; on a closed
+// outcome should be passed to Record, or the request to Cancel if it was
+// not sent after all. Allow never allocates; on a closed
 // breaker it is one atomic load.
 func (b *Breaker) Allow() bool {
 	switch State(b.state.Load()) {
@@ -158,6 +159,27 @@ func (b *Breaker) admitLocked(now int64) bool {
 	}
 	b.lastAdmit = now
 	return true
+}
+
+// Cancel reports that a request Allow admitted was not sent after all: it
+// was refused before it reached the backend, so it has no outcome to
+// Record. A half-open breaker then admits the next request as a probe, as
+// if none had been admitted for ProbeEvery: a probe spent on a request that
+// never reached the backend tests nothing, and a breaker whose probes were
+// all spent so would stay half-open, admitting nothing else, for want of
+// outcomes. Call it at most once per admitted request, and only for one
+// that was not sent; while closed or open it does nothing.
+func (b *Breaker) Cancel() {
+	if State(b.state.Load()) == Closed {
+		return
+	}
+	b.mu.Lock()
+	now := b.nowLocked()
+	b.advanceLocked(now)
+	if b.st == HalfOpen {
+		b.lastAdmit = min(b.lastAdmit, now-int64(b.cfg.ProbeEvery))
+	}
+	b.unlock()
 }
 
 // Record reports the outcome of a request Allow admitted. While closed it

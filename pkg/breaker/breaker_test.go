@@ -855,3 +855,46 @@ func BenchmarkRecordClosed(b *testing.B) {
 		br.Record(true)
 	}
 }
+
+// A request admitted and then not sent gives its probe back: the next
+// request is a probe, however soon. Without Cancel the probe was spent, and
+// with chance never admitting the breaker refused everything until the
+// next ProbeEvery, for as long as its admitted requests never reached the
+// backend. Cancel does nothing while closed or open.
+func TestCancelGivesTheProbeBack(t *testing.T) {
+	clk := breakertest.NewClock(t0)
+	cfg := testConfig(clk)
+	cfg.Rand = constRand(0.999) // chance never admits at 1 %
+	cfg.ProbeEvery = time.Hour
+	b := newBreaker(t, cfg)
+
+	b.Cancel() // closed: nothing to give back
+	if !b.Allow() {
+		t.Fatal("closed breaker refused after Cancel")
+	}
+	openThenHalfOpen(t, b, clk)
+	if !b.Allow() {
+		t.Fatal("first request after the open time: refused, want the probe")
+	}
+	if b.Allow() {
+		t.Fatal("second request at once: admitted, want refused (the probe is out)")
+	}
+	b.Cancel()
+	clk.Advance(time.Millisecond)
+	if !b.Allow() {
+		t.Fatal("after the probe was cancelled: refused, want the next request to probe")
+	}
+	if b.Allow() {
+		t.Fatal("a second request after one cancel: admitted, want refused")
+	}
+	b.Record(true)
+	if s := b.Snapshot(); s.State != breaker.HalfOpen || s.Successes != 1 {
+		t.Fatalf("after the probe's success: %+v, want half-open with one success", s)
+	}
+
+	b.Trip()
+	b.Cancel() // open: nothing admitted, nothing to give back
+	if b.Allow() {
+		t.Fatal("open breaker admitted after Cancel")
+	}
+}

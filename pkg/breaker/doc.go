@@ -36,6 +36,12 @@
 // current when Record is called; outcomes recorded while open are ignored,
 // so requests should time out well within OpenFor.
 //
+// A request Allow admitted that is then not sent (refused by a later check
+// before it reaches the backend) is handed back with Cancel, which makes the
+// next request a probe: otherwise a half-open breaker could spend its probes
+// on requests that never reach the backend and stay half-open for want of
+// outcomes.
+//
 // Time-based changes (open to half-open, one step to the next, the last
 // step to closed) happen lazily in whichever of Allow, Record, Trip, State,
 // Fraction or Snapshot first observes them; a Breaker starts no goroutines.

@@ -101,8 +101,17 @@ func (b *backend) reserve(extra int64) bool {
 	}
 }
 
-// release gives back a slot taken by reserve.
+// release gives back a slot taken by reserve, once the call was sent.
 func (b *backend) release() { b.pending.Add(-1) }
+
+// unsent gives back a slot and the breaker's admission of a call that pick
+// chose b for and that was refused before it was sent: a half-open
+// breaker's probe is due again (breaker.Breaker.Cancel), since this one
+// never reached the node.
+func (b *backend) unsent() {
+	b.brk.Load().Cancel()
+	b.release()
+}
 
 // backends is the set of verifiers: the static ones plus those registered in
 // etcd. Picking reads an immutable snapshot without locks.
@@ -167,9 +176,10 @@ func (bs *backends) list() []*backend { return *bs.snap.Load() }
 
 // pick chooses a verifier by the power of two choices on outstanding calls
 // among those eligible, not excluded and with a free slot (workers + queue +
-// extra, see backend.slots), asks the chosen one's breaker (a half-open breaker
-// admits only its ramp's fraction) and reserves the slot: the caller must
-// release it. It returns nil when no verifier will take the call now, and
+// extra, see backend.slots), reserves the slot and then asks the chosen one's
+// breaker (a half-open breaker admits only its ramp's fraction): the caller
+// must release the slot, with release once the call was sent, with unsent
+// if it is refused before. It returns nil when no verifier will take the call now, and
 // then says whether any verifier was serving at all (busy, not down).
 func (bs *backends) pick(exclude *backend, extra int64) (chosen *backend, serving bool) {
 	list := bs.list()
@@ -185,7 +195,16 @@ func (bs *backends) pick(exclude *backend, extra int64) (chosen *backend, servin
 		if c.eject.ejectedNow() {
 			return false
 		}
-		return c.pending.Load() < c.slots(extra) && c.brk.Load().Allow() && c.reserve(extra)
+		// The slot first, the breaker last: a half-open breaker's probe
+		// must not be spent on a verifier with no free slot.
+		if !c.reserve(extra) {
+			return false
+		}
+		if !c.brk.Load().Allow() {
+			c.release()
+			return false
+		}
+		return true
 	}
 	// Two distinct random candidates, the less loaded first.
 	i := rand.IntN(n)

@@ -132,3 +132,56 @@ func TestBreakerSettingsChangeKeepsOpenBreakersOpen(t *testing.T) {
 		t.Errorf("healthy breaker after a settings change: %v, want closed", got)
 	}
 }
+
+// A half-open breaker's probe is spent only on a call that reaches the
+// verifier. Calls refused before the hop (bad input, a deadline shorter than
+// the forwarding margin) used to take the probe when the pick asked the
+// breaker, before those checks, and never record an outcome: with chance
+// never admitting (U fixed high) and the next probe an hour away, the
+// breaker then refused every call to a healthy verifier for the hour.
+func TestRefusedCallsDoNotSpendHalfOpenProbes(t *testing.T) {
+	v := startVerifier(t, nil)
+	cfg := gatewayConfig(v.addr)
+	cfg.Breaker.OpenFor = 20 * time.Millisecond
+	cfg.Breaker.Jitter = 0
+	cfg.Breaker.ProbeEvery = time.Hour
+	cfg.Breaker.Rand = func() float64 { return 0.999 } // chance admits nothing below the 100 % step
+	gw := startGateway(t, cfg)
+	gw.waitServing(t, 1)
+	b := gw.g.backends.list()[0]
+	stored := storedHash("pw", 64, 1)
+
+	refusals := []struct {
+		name string
+		call func(ctx context.Context) error
+	}{
+		{"bad input", func(ctx context.Context) error {
+			_, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: "$argon2id$garbage", Password: []byte("pw")})
+			return err
+		}},
+		{"deadline under the margin", func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, cfg.Deadline.Margin/2)
+			defer cancel()
+			_, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")})
+			return err
+		}},
+	}
+	for _, r := range refusals {
+		t.Run(r.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			b.brk.Load().Trip()
+			waitFor(t, 5*time.Second, "the breaker to turn half-open", func() bool {
+				return b.brk.Load().State() == breaker.HalfOpen
+			})
+			if err := r.call(ctx); err == nil {
+				t.Fatalf("%s: answered, want refused before the hop", r.name)
+			}
+			_, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")})
+			if err != nil {
+				t.Fatalf("the call after one refused before the hop: %v (breaker %+v), want the half-open probe answered",
+					err, b.brk.Load().Snapshot())
+			}
+		})
+	}
+}

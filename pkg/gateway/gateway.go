@@ -407,10 +407,9 @@ func (g *Gateway) pushback(ctx context.Context) {
 	_ = grpc.SetTrailer(ctx, g.pushbacks[rand.IntN(len(g.pushbacks))])
 }
 
-// admit runs the edge limiter, then reserves a slot on a verifier: on
-// success the caller owes both a limiter Release and the slot's release. Both
-// refusals come before the request is even parsed.
-func (g *Gateway) admit(ctx context.Context, f callmeta.Facts) (*backend, error) {
+// admit runs the edge limiter: on success the caller owes a limiter
+// Release. Its refusal comes before the request is even parsed.
+func (g *Gateway) admit(ctx context.Context, f callmeta.Facts) error {
 	g.clientRatio.add(f.Attempt <= 1)
 	g.maxAttempt.add(int64(f.Attempt))
 	switch g.limiter.Acquire(admission.Class{Priority: f.Priority, Retry: f.Attempt > 1}) {
@@ -418,18 +417,26 @@ func (g *Gateway) admit(ctx context.Context, f callmeta.Facts) (*backend, error)
 	case admission.ReasonPriority:
 		g.metrics.refuse(f, reasonIndexPriority)
 		g.pushback(ctx)
-		return nil, errOverShare
+		return errOverShare
 	default:
 		g.metrics.refuse(f, reasonIndexLimit)
 		g.pushback(ctx)
-		return nil, errOverLimit
+		return errOverLimit
 	}
 	g.auto.sawInflight(g.limiter.InFlight())
+	return nil
+}
+
+// pickFor reserves a slot on a verifier for f, or refuses: the pick is the
+// last check before the hop, because it asks the chosen verifier's breaker,
+// and a half-open breaker's probe spent on a call refused afterwards would
+// test nothing (see breaker.Breaker.Cancel). The caller owes the slot's
+// release (backend.release after the hop, backend.unsent before it).
+func (g *Gateway) pickFor(ctx context.Context, f callmeta.Facts) (*backend, error) {
 	b, serving := g.backends.pick(nil, g.slotQueue(f))
 	if b != nil {
 		return b, nil
 	}
-	g.releaseAdmission(f, admission.Sample{Outcome: admission.OutcomeIgnore})
 	g.pushback(ctx)
 	if !serving {
 		g.metrics.refuse(f, reasonIndexNoVerifier)
@@ -497,22 +504,21 @@ func (g *Gateway) Verify(ctx context.Context, req *verifyv1.VerifyRequest) (*ver
 			return err
 		})
 	}
-	b, err := g.admit(ctx, f)
-	if err != nil {
+	if err := g.admit(ctx, f); err != nil {
 		return nil, err
 	}
 	if err := g.parser.CheckPassword(req.GetPassword()); err != nil {
-		return nil, g.invalid(f, b, err)
+		return nil, g.invalid(f, err)
 	}
 	if req.GetNoUser() {
 		if req.GetEncodedHash() != "" {
-			return nil, g.invalid(f, b, errNoUserWithHash)
+			return nil, g.invalid(f, errNoUserWithHash)
 		}
 	} else if _, err := g.parser.Parse(req.GetEncodedHash()); err != nil {
-		return nil, g.invalid(f, b, err)
+		return nil, g.invalid(f, err)
 	}
 	var resp *verifyv1.VerifyResponse
-	err = g.serve(ctx, f, b, func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error {
+	err := g.serve(ctx, f, func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error {
 		var err error
 		resp, err = c.Verify(ctx, req, opts...)
 		return err
@@ -531,15 +537,14 @@ func (g *Gateway) Hash(ctx context.Context, req *verifyv1.HashRequest) (*verifyv
 			return err
 		})
 	}
-	b, err := g.admit(ctx, f)
-	if err != nil {
+	if err := g.admit(ctx, f); err != nil {
 		return nil, err
 	}
 	if err := g.parser.CheckPassword(req.GetPassword()); err != nil {
-		return nil, g.invalid(f, b, err)
+		return nil, g.invalid(f, err)
 	}
 	var resp *verifyv1.HashResponse
-	err = g.serve(ctx, f, b, func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error {
+	err := g.serve(ctx, f, func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error {
 		var err error
 		resp, err = c.Hash(ctx, req, opts...)
 		return err
@@ -584,15 +589,14 @@ func (g *Gateway) releaseAdmission(f callmeta.Facts, s admission.Sample) {
 	g.limiter.Release(s)
 }
 
-func (g *Gateway) invalid(f callmeta.Facts, b *backend, err error) error {
-	b.release()
+func (g *Gateway) invalid(f callmeta.Facts, err error) error {
 	g.releaseAdmission(f, admission.Sample{Outcome: admission.OutcomeIgnore})
 	g.metrics.invalid.Inc()
 	return status.Error(codes.InvalidArgument, err.Error())
 }
 
-// serve forwards an admitted call holding a slot on b: deadline check, hop,
-// at most one budgeted retry on another verifier, accounting.
+// serve forwards an admitted call: deadline check, pick, hop, at most one
+// budgeted retry on another verifier, accounting.
 //
 // The gateway refuses before a hop only a call that cannot even be
 // forwarded (less than the deadline margin left): whether the rest leaves
@@ -600,18 +604,21 @@ func (g *Gateway) invalid(f callmeta.Facts, b *backend, err error) error {
 // and its refusal is as cheap as the gateway's. A gateway-wide estimate
 // learnt from the verifiers' answers is what once let one stalled verifier
 // make the gateway refuse every short deadline while a healthy one idled.
-func (g *Gateway) serve(ctx context.Context, f callmeta.Facts, b *backend, hop hopFunc) error {
+func (g *Gateway) serve(ctx context.Context, f callmeta.Facts, hop hopFunc) error {
 	arrived := time.Now()
 	outcome := admission.Sample{Outcome: admission.OutcomeIgnore}
 	defer func() { g.releaseAdmission(f, outcome) }()
 
 	if !deadline.CanFinish(ctx, g.cfg.Deadline.Margin) {
-		b.release()
 		g.metrics.refuse(f, reasonIndexDeadline)
 		remaining, _ := deadline.Remaining(ctx)
 		return status.Errorf(codes.DeadlineExceeded,
 			"remaining deadline %v is shorter than the gateway's forwarding margin %v; not forwarded",
 			remaining.Round(time.Millisecond), g.cfg.Deadline.Margin)
+	}
+	b, err := g.pickFor(ctx, f)
+	if err != nil {
+		return err
 	}
 	p, a := classIndex(f)
 	g.metrics.admitted[p][a].Inc()
@@ -683,7 +690,7 @@ func (g *Gateway) retryTarget(ctx context.Context, f callmeta.Facts, failed *bac
 		return nil
 	}
 	if !g.retry.Allow() {
-		b.release()
+		b.unsent()
 		return nil
 	}
 	return b
@@ -702,7 +709,7 @@ type hopResult struct {
 func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f callmeta.Facts, fn hopFunc) hopResult {
 	octx, cancel, err := g.cfg.Deadline.Outgoing(ctx)
 	if err != nil {
-		b.release()
+		b.unsent()
 		return hopResult{err: status.Error(codes.DeadlineExceeded, "no time left to forward the call"),
 			sample: admission.Sample{Outcome: admission.OutcomeIgnore}}
 	}

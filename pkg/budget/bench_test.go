@@ -14,7 +14,7 @@ func benchBudget(tokens int64) *Budget {
 	cfg := DefaultConfig()
 	b := newBudget("bench", &cfg, systemClock{})
 	b.mu.Lock()
-	b.renew(0, time.Hour, time.Now(), Settings{Ratio: 0.1})
+	b.renew(0, time.Hour, time.Now(), Settings{Ratio: 0.1}, 0)
 	b.mu.Unlock()
 	b.lease.Load().tokens.Store(tokens)
 	return b

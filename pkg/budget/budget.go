@@ -97,6 +97,7 @@ func (l *lease) take() bool {
 type bucket struct {
 	since      time.Time
 	cause      string
+	fromFirst  uint64 // the key's first attempts when the bucket was made
 	ratioMicro int64
 	minPerNs   float64 // micro-tokens per nanosecond
 	capMicro   int64
@@ -187,16 +188,23 @@ type Budget struct {
 	ackFirst        atomic.Uint64 // first attempts budgetd has acknowledged
 	ackRetries      atomic.Uint64
 
+	// fallbackMin is what a new fallback bucket earns per second: this
+	// process's share of the fleet's MinPerSecond as budgetd last sent it,
+	// or nil for Config.FallbackMinPerSecond until it has.
+	fallbackMin atomic.Pointer[float64]
+
 	// Owned by the refresher (Client.refreshMu).
 	rate      float64 // first attempts per second, smoothed
 	rateFirst uint64
 	rateAt    time.Time
 	validFor  time.Duration // of the latest lease
+	ackAt     time.Time     // when the counts budgetd last took were read
 }
 
 func newBudget(key string, cfg *Config, clock Clock) *Budget {
-	b := &Budget{key: key, cfg: cfg, clock: clock}
-	b.fallback.Store(b.newBucket(clock.Now(), CauseNoLease))
+	now := clock.Now()
+	b := &Budget{key: key, cfg: cfg, clock: clock, ackAt: now}
+	b.fallback.Store(b.newBucket(now, CauseNoLease))
 	return b
 }
 
@@ -288,23 +296,35 @@ func (b *Budget) newBucket(now time.Time, cause string) *bucket {
 	if s := b.settings.Load(); s != nil {
 		ratio = s.Ratio
 	}
+	minPerSecond := b.cfg.FallbackMinPerSecond
+	if m := b.fallbackMin.Load(); m != nil {
+		minPerSecond = *m
+	}
+	first := b.first.Load()
 	fb := &bucket{
 		since:      now,
 		cause:      cause,
+		fromFirst:  first,
 		ratioMicro: int64(math.Round(ratio * microsPerToken)),
-		minPerNs:   b.cfg.FallbackMinPerSecond * microsPerToken / float64(time.Second),
+		minPerNs:   minPerSecond * microsPerToken / float64(time.Second),
 		capMicro:   int64(b.cfg.FallbackBurst * microsPerToken),
 	}
-	fb.seenFirst.Store(b.first.Load())
+	fb.seenFirst.Store(first)
 	return fb
 }
 
-// renew installs a new lease and returns the key to shared mode. Callers
-// hold b.mu.
-func (b *Budget) renew(granted uint32, validFor time.Duration, arrived time.Time, s Settings) {
+// renew installs a new lease and returns the key to shared mode.
+// fallbackShare is this process's share of s.MinPerSecond, for its next
+// fallback; zero from a budgetd that sends none while s.MinPerSecond is not
+// zero keeps Config.FallbackMinPerSecond. Callers hold b.mu.
+func (b *Budget) renew(granted uint32, validFor time.Duration, arrived time.Time, s Settings, fallbackShare float64) {
 	nl := &lease{granted: granted, arrived: arrived, expires: arrived.Add(validFor), validFor: validFor}
 	nl.tokens.Store(int64(granted))
 	b.settings.Store(&s)
+	if fallbackShare > 0 || s.MinPerSecond == 0 {
+		m := min(max(fallbackShare, 0), s.MinPerSecond)
+		b.fallbackMin.Store(&m)
+	}
 	if old := b.lease.Swap(nl); old != nil {
 		b.leaseSpent.Add(old.retire())
 	}

@@ -760,3 +760,97 @@ func gauge(t *testing.T, reg *prometheus.Registry, name, key string) float64 {
 	t.Fatalf("no %s{key=%q}", name, key)
 	return 0
 }
+
+// TestFallbackCountsReportedAsEarnedLocally: first attempts sent while the
+// key was in fallback have funded its local budget; the catch-up report
+// after the outage says so (fallback_first_attempts), and says how long the
+// counts took (span), so that budgetd neither earns on them again nor reads
+// them as one busy second. Counts sent in shared mode are reported as such.
+func TestFallbackCountsReportedAsEarnedLocally(t *testing.T) {
+	f := newFixture(t)
+	b := f.budget(key)
+	// The refresher runs on its own as the fake clock moves, so the counts
+	// of one phase may arrive in more than one report: sum them.
+	seen := len(f.srv.Reports())
+	phase := func() (first, fallback uint64, span time.Duration) {
+		rs := f.srv.Reports()
+		for _, r := range rs[seen:] {
+			if r.Key == key {
+				first += r.FirstAttempts
+				fallback += r.FallbackFirstAttempts
+				span += r.Span
+			}
+		}
+		seen = len(rs)
+		return first, fallback, span
+	}
+	for range 40 {
+		b.RecordFirstAttempt()
+	}
+	f.clock.Advance(time.Second)
+	if err := f.c.Refresh(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if first, fb, span := phase(); first != 40 || fb != 0 || span != time.Second {
+		t.Errorf("shared-mode reports: first %d, fallback %d, span %v; want 40, 0, 1s", first, fb, span)
+	}
+
+	// A 30 s outage: 1,000 first attempts in fallback.
+	f.srv.Fail(codes.Unavailable)
+	if err := f.c.Refresh(f.ctx); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Refresh = %v, want UNAVAILABLE", err)
+	}
+	for range 1000 {
+		b.RecordFirstAttempt()
+		if b.Allow() {
+			b.RecordRetry()
+		}
+	}
+	f.clock.Advance(30 * time.Second)
+	f.srv.Fail(codes.OK)
+	if err := f.c.Refresh(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if first, fb, span := phase(); first != 1000 || fb != 1000 || span != 30*time.Second {
+		t.Errorf("catch-up reports: first %d, fallback %d, span %v; want 1000, 1000, 30s", first, fb, span)
+	}
+
+	// Back in shared mode: nothing is counted as fallback any more.
+	for range 10 {
+		b.RecordFirstAttempt()
+	}
+	f.clock.Advance(time.Second)
+	if err := f.c.Refresh(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if first, fb, _ := phase(); first != 10 || fb != 0 {
+		t.Errorf("after recovery: first %d, fallback %d; want 10, 0", first, fb)
+	}
+}
+
+// TestFallbackEarnsItsShareOfTheFleetMinimum: once budgetd has sent a lease,
+// an idle key in fallback earns this process's share of the fleet's
+// min_per_second (here the only client: all of it, 1/s), not the per-process
+// FallbackMinPerSecond, so that hundreds of processes in fallback together
+// earn what budgetd would.
+func TestFallbackEarnsItsShareOfTheFleetMinimum(t *testing.T) {
+	f := newFixture(t, func(c *budget.Config) {
+		c.FallbackMinPerSecond = 5
+		c.FallbackBurst = 100
+	})
+	f.srv.SetSettings(key, budgetd.Settings{Ratio: 0.2, Burst: 1000, MinPerSecond: 1})
+	f.clock.Advance(time.Second)
+	if err := f.c.Refresh(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := f.budget(key)
+	drain(b)
+	f.srv.Fail(codes.Unavailable)
+	if err := f.c.Refresh(f.ctx); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Refresh = %v, want UNAVAILABLE", err)
+	}
+	f.clock.Advance(20 * time.Second)
+	if got := drain(b); got < 19 || got > 21 {
+		t.Errorf("20 s idle in fallback allowed %d retries; want 20 (the fleet's 1/s), not 100 (FallbackMinPerSecond 5/s)", got)
+	}
+}

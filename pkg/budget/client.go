@@ -12,9 +12,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
 )
@@ -135,6 +137,13 @@ func dial(target string, extra []grpc.DialOption) (*grpc.ClientConn, error) {
 		// follower that has not seen the new leader yet still answers
 		// quickly, and the next refresh finds it).
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
+		// After an outage, reconnect within seconds, not on grpc's default
+		// backoff of up to two minutes: every second in fallback is a second
+		// in which the fleet's retries are bounded only per process.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: 2 * time.Second,
+		}),
 	}
 	if len(addrs) > 1 {
 		// A resolver per Client (WithResolvers), never the global registry.
@@ -291,12 +300,23 @@ func (c *Client) refresh(ctx context.Context) (time.Duration, error) {
 	firsts := make([]uint64, len(keys))
 	retries := make([]uint64, len(keys))
 	for i, b := range keys {
+		// Under mu, so that the key cannot enter fallback between reading
+		// its counts and its mode.
+		b.mu.Lock()
 		firsts[i], retries[i] = b.first.Load(), b.retries.Load()
+		acked := b.ackFirst.Load()
+		var local uint64 // sent in fallback: the local budget earned on them
+		if fb := b.fallback.Load(); fb != nil {
+			local = firsts[i] - max(fb.fromFirst, acked)
+		}
+		b.mu.Unlock()
 		req.Reports[i] = &budgetv1.KeyReport{
-			Key:           b.key,
-			FirstAttempts: firsts[i] - b.ackFirst.Load(),
-			Retries:       retries[i] - b.ackRetries.Load(),
-			TokensWanted:  b.want(now, firsts[i]),
+			Key:                   b.key,
+			FirstAttempts:         firsts[i] - acked,
+			FallbackFirstAttempts: local,
+			Retries:               retries[i] - b.ackRetries.Load(),
+			TokensWanted:          b.want(now, firsts[i]),
+			Span:                  durationpb.New(max(now.Sub(b.ackAt), 0)),
 		}
 	}
 
@@ -323,6 +343,7 @@ func (c *Client) refresh(ctx context.Context) (time.Duration, error) {
 		// budgetd took the report, lease or not.
 		b.ackFirst.Store(firsts[i])
 		b.ackRetries.Store(retries[i])
+		b.ackAt = now
 		kl := byKey[b.key]
 		validFor := min(kl.GetValidFor().AsDuration(), maxValidFor)
 		if kl == nil || validFor <= 0 {
@@ -331,7 +352,7 @@ func (c *Client) refresh(ctx context.Context) (time.Duration, error) {
 		}
 		s := kl.GetSettings()
 		b.mu.Lock()
-		b.renew(kl.GetTokens(), validFor, arrived, Settings{Ratio: s.GetRatio(), Burst: s.GetBurst(), MinPerSecond: s.GetMinPerSecond()})
+		b.renew(kl.GetTokens(), validFor, arrived, Settings{Ratio: s.GetRatio(), Burst: s.GetBurst(), MinPerSecond: s.GetMinPerSecond()}, kl.GetFallbackMinPerSecond())
 		b.mu.Unlock()
 		if shortest == 0 || validFor < shortest {
 			shortest = validFor

@@ -72,9 +72,12 @@ type Config struct {
 	// key budgetd never sent settings for. Once it has, its Ratio is used.
 	DefaultRatio float64
 	// FallbackMinPerSecond is what a key in fallback earns per second
-	// whatever this process sends, so a quiet process can still retry. It is
-	// per process, unlike budgetd's fleet-wide min_per_second, which cannot
-	// be split without knowing the fleet's size; keep it small.
+	// whatever this process sends, so a quiet process can still retry, until
+	// budgetd has sent the key a lease: from then on the key's fallback earns
+	// the process's share of budgetd's fleet-wide min_per_second instead (in
+	// proportion to its share of the fleet's first attempts), so that a
+	// fleet of any size in fallback earns no more than budgetd would. It is
+	// per process; keep it small.
 	FallbackMinPerSecond float64
 	// FallbackBurst is the most tokens a key in fallback holds unspent.
 	FallbackBurst float64

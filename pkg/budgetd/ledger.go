@@ -46,8 +46,9 @@ const rateAlpha = 0.3
 // Ledger is the accounting of one budget key on the leader. It is not safe
 // for concurrent use; the Server serialises access.
 //
-// Tokens are earned fleet-wide: Ratio × every reported first attempt, plus
-// MinPerSecond × elapsed time. Each earning is split at once among the
+// Tokens are earned fleet-wide: Ratio × every reported first attempt that
+// the client's local budget has not already earned on (Counts.Fallback),
+// plus MinPerSecond × elapsed time. Each earning is split at once among the
 // clients in proportion to their first-attempt rates (a small floor keeps a
 // quiet client from a zero share) and put in each client's own account; a
 // lease grants whole tokens from the client's account, so under scarcity
@@ -60,11 +61,23 @@ const rateAlpha = 0.3
 // not starved by rounding. Granted tokens never come back: a lease replaces
 // the previous one and unused tokens expire with it.
 //
+// During its first round (one lease period from its creation, in which every
+// live client reports at least once) a ledger does not know the clients'
+// rates yet: each report's earning goes to the reporting client alone, and
+// the time allowance to the pool, so no client's first grant depends on the
+// order in which the fleet reported to a new leader.
+//
 // The cap on tokens held (accounts and pool together) is Burst plus what the
 // fleet earns in one lease period, so a busy fleet whose grants trail its
 // reports loses nothing. Hence over any interval: tokens granted ≤ cap +
-// Ratio × first attempts reported in it + MinPerSecond × its length. A new
-// ledger (a new leader) starts with nothing saved.
+// Ratio × first attempts reported in it and not earned on locally +
+// MinPerSecond × its length. A new ledger (a new leader) starts with nothing
+// saved.
+//
+// Rates are counted over a window of monotonic seconds since the ledger's
+// creation (a wall-clock step moves nothing); a report's counts are spread
+// over the span they took to accumulate, so a catch-up report after an
+// outage reads as the rate it was, not as one busy second.
 //
 // The split is computed lazily: a global index accumulates earnings per unit
 // of weight, and a client's account is settled against it when the client
@@ -72,6 +85,7 @@ const rateAlpha = 0.3
 type Ledger struct {
 	settings Settings
 	lease    time.Duration
+	born     time.Time // creation; the first round lasts one lease from it
 	last     time.Time
 	clients  map[string]*clientState
 	// index is the cumulative earnings per unit of client weight.
@@ -99,7 +113,7 @@ func (c *clientState) weight() float64 { return c.rate + shareFloor }
 // NewLedger returns an empty ledger; lease is how long granted tokens stay
 // valid (it sizes the cap).
 func NewLedger(s Settings, lease time.Duration, now time.Time) *Ledger {
-	return &Ledger{settings: s, lease: lease, last: now, clients: map[string]*clientState{}}
+	return &Ledger{settings: s, lease: lease, born: now, last: now, clients: map[string]*clientState{}, window: rateWindow{origin: now}}
 }
 
 // Settings returns the settings in force.
@@ -129,12 +143,16 @@ func (l *Ledger) earn(now time.Time, first uint64) {
 	if amount <= 0 {
 		return
 	}
-	if l.weight > 0 {
+	if l.weight > 0 && !l.firstRound(now) {
 		l.index += amount / l.weight
 		return
 	}
 	l.pool = min(l.pool+amount, max(l.capacity()-l.accounts, 0))
 }
+
+// firstRound reports whether now is within one lease period of the
+// ledger's creation.
+func (l *Ledger) firstRound(now time.Time) bool { return now.Sub(l.born) < l.lease }
 
 // settle brings c's account up to the index, overflowing into the pool.
 //
@@ -147,6 +165,12 @@ func (l *Ledger) earn(now time.Time, first uint64) {
 func (l *Ledger) settle(c *clientState) {
 	earned := max((l.index-c.index)*c.weight(), 0)
 	c.index = l.index
+	l.deposit(c, earned)
+}
+
+// deposit puts earned in c's account, up to the client's share of the cap,
+// and the rest in the pool, up to the cap.
+func (l *Ledger) deposit(c *clientState, earned float64) {
 	limit := l.capacity()
 	own := limit * c.weight() / l.weight
 	excess := max(c.account-own, 0)
@@ -158,33 +182,78 @@ func (l *Ledger) settle(c *clientState) {
 	l.pool = min(l.pool+earned+excess-keep, max(limit-l.accounts, 0))
 }
 
+// Counts is one client's report for one key.
+type Counts struct {
+	// First is the first attempts sent since the previous report.
+	First uint64
+	// Fallback is the part of First sent while the client's key was in
+	// fallback: its local budget already earned on them, so they count in
+	// the rates but earn nothing here. Values above First count as First.
+	Fallback uint64
+	// Retries is the retries sent since the previous report.
+	Retries uint64
+	// Span is how long the counts took to accumulate; zero means since the
+	// client's previous report (one lease period for its first).
+	Span time.Duration
+}
+
+// Grant is what one report leases to its client.
+type Grant struct {
+	// Tokens is the whole tokens of the client's new lease.
+	Tokens uint32
+	// FallbackMinPerSecond is the client's share of MinPerSecond, in
+	// proportion to its weight, for its local budget while it cannot reach
+	// the leader.
+	FallbackMinPerSecond float64
+}
+
 // Report records one client's counts since its previous report and returns
-// the whole tokens of its new lease (at most want).
-func (l *Ledger) Report(clientID string, first, retries uint64, want uint32, now time.Time) uint32 {
-	l.firstTotal += first
-	l.retriesTotal += retries
-	l.window.add(now, first, retries)
+// its new lease (at most want tokens).
+func (l *Ledger) Report(clientID string, r Counts, want uint32, now time.Time) Grant {
+	r.Fallback = min(r.Fallback, r.First)
+	l.firstTotal += r.First
+	l.retriesTotal += r.Retries
 
 	c := l.clients[clientID]
+	span := r.Span
+	if span <= 0 {
+		span = l.lease // a first report has no interval yet
+		if c != nil {
+			span = now.Sub(c.lastReport)
+		}
+	}
+	l.window.add(now, span, r.First, r.Retries)
+
+	// Settle what the client earned at its old weight, then learn its rate
+	// (its weight from now on), so that its share of this report's earning
+	// is weighed by this report's traffic: a client that joins a busy fleet
+	// is not held at the floor for its first round.
+	inst := 0.0
+	if s := span.Seconds(); s > 0 {
+		inst = float64(r.First) / s
+	}
 	if c == nil {
-		c = &clientState{lastReport: now, index: l.index}
+		c = &clientState{index: l.index, rate: inst}
 		l.clients[clientID] = c
 		l.weight += c.weight()
+	} else {
+		l.earn(now, 0)
+		l.settle(c)
+		l.weight -= c.weight()
+		c.rate = max(c.rate+rateAlpha*(inst-c.rate), 0)
+		l.weight += c.weight()
 	}
-	l.earn(now, first)
-	l.settle(c)
-
-	// Learn the client's rate (its weight from now on). A first report has
-	// no interval yet: count it over one lease period.
-	dt := now.Sub(c.lastReport).Seconds()
-	if dt <= 0 {
-		dt = l.lease.Seconds()
-	}
-	l.weight -= c.weight()
-	c.rate = max(c.rate+rateAlpha*(float64(first)/dt-c.rate), 0)
-	l.weight += c.weight()
 	c.lastReport = now
 	c.wants = want
+
+	earned := r.First - r.Fallback
+	if l.firstRound(now) {
+		l.earn(now, 0)
+		l.deposit(c, l.settings.Ratio*float64(earned))
+	} else {
+		l.earn(now, earned)
+		l.settle(c)
+	}
 
 	// Grant from the client's own account, then from the shared pool.
 	g := min(math.Floor(c.account+1e-9), float64(want))
@@ -199,7 +268,7 @@ func (l *Ledger) Report(clientID string, first, retries uint64, want uint32, now
 	c.has = granted
 	l.grantedTotal += uint64(granted)
 	l.deniedTotal += uint64(want - granted)
-	return granted
+	return Grant{Tokens: granted, FallbackMinPerSecond: l.settings.MinPerSecond * c.weight() / l.weight}
 }
 
 // Forget drops clients that have not reported for idle; what they had
@@ -263,48 +332,75 @@ func (l *Ledger) Status(now time.Time) LedgerStatus {
 }
 
 // rateWindow counts events in one-second buckets over the last windowLen
-// seconds.
+// seconds, counted on the monotonic clock from origin.
 const windowLen = 10
 
 type rateWindow struct {
-	first, retries [windowLen]uint64
+	origin         time.Time
+	first, retries [windowLen]float64
+	begun          bool
 	sec            int64 // the second the newest bucket holds
-	started        int64 // the first second ever seen
+	started        int64 // the earliest second any count covers
 }
+
+func (w *rateWindow) second(t time.Time) int64 {
+	return int64(math.Floor(t.Sub(w.origin).Seconds()))
+}
+
+func bucket(s int64) int { return int(((s % windowLen) + windowLen) % windowLen) }
 
 func (w *rateWindow) advance(now time.Time) {
-	s := now.Unix()
-	if w.started == 0 {
-		w.started, w.sec = s, s
+	s := w.second(now)
+	if !w.begun {
+		w.begun, w.started, w.sec = true, s, s
+		return
+	}
+	if s-w.sec >= windowLen { // long gap: everything is stale
+		w.first, w.retries = [windowLen]float64{}, [windowLen]float64{}
+		w.sec = s
+		return
 	}
 	for ; w.sec < s; w.sec++ {
-		i := (w.sec + 1) % windowLen
+		i := bucket(w.sec + 1)
 		w.first[i], w.retries[i] = 0, 0
-		if s-w.sec > windowLen { // long gap: everything is stale
-			w.first, w.retries = [windowLen]uint64{}, [windowLen]uint64{}
-			w.sec = s
-			break
-		}
 	}
 }
 
-func (w *rateWindow) add(now time.Time, first, retries uint64) {
+// add counts first and retries spread evenly over the span ending at now
+// (what falls before the window is dropped).
+func (w *rateWindow) add(now time.Time, span time.Duration, first, retries uint64) {
 	w.advance(now)
-	i := w.sec % windowLen
-	w.first[i] += first
-	w.retries[i] += retries
+	if span < time.Second {
+		i := bucket(w.sec)
+		w.first[i] += float64(first)
+		w.retries[i] += float64(retries)
+		return
+	}
+	end := now.Sub(w.origin).Seconds()
+	start := end - span.Seconds()
+	from := int64(math.Floor(start))
+	w.started = min(w.started, from)
+	for s := max(from, w.sec-windowLen+1); s <= w.sec; s++ {
+		share := (min(float64(s+1), end) - max(float64(s), start)) / span.Seconds()
+		if share <= 0 {
+			continue
+		}
+		i := bucket(s)
+		w.first[i] += share * float64(first)
+		w.retries[i] += share * float64(retries)
+	}
 }
 
-// rate is events per second over the window (or since the first event, if
-// that is shorter). It does not advance the window.
-func (w *rateWindow) rate(b *[windowLen]uint64) float64 {
-	if w.started == 0 {
+// rate is events per second over the window (or since the earliest count,
+// if that is shorter). It does not advance the window.
+func (w *rateWindow) rate(b *[windowLen]float64) float64 {
+	if !w.begun {
 		return 0
 	}
-	var sum uint64
+	var sum float64
 	for _, v := range b {
 		sum += v
 	}
 	span := min(float64(w.sec-w.started+1), windowLen)
-	return float64(sum) / span
+	return sum / span
 }

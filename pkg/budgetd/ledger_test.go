@@ -10,6 +10,12 @@ import (
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// report is one plain report (nothing earned locally, span measured by the
+// ledger) and the tokens it was granted.
+func report(l *Ledger, id string, first, retries uint64, want uint32, now time.Time) uint32 {
+	return l.Report(id, Counts{First: first, Retries: retries}, want, now).Tokens
+}
+
 // TestLedgerFleetBound drives 500 clients that all see 100% failures and
 // want every retry, and checks by counting that the tokens granted never
 // exceed what the fleet earned: Ratio × first attempts + MinPerSecond × time
@@ -34,7 +40,7 @@ func TestLedgerFleetBound(t *testing.T) {
 		c := step % clients
 		n := uint64(rng.IntN(20)) // this client's first attempts since its report
 		pending[c] += n
-		g := l.Report(fmt.Sprintf("c%03d", c), pending[c], 0, 1000, now)
+		g := report(l, fmt.Sprintf("c%03d", c), pending[c], 0, 1000, now)
 		first += pending[c]
 		pending[c] = 0
 		granted += uint64(g)
@@ -87,7 +93,7 @@ func TestLedgerFairness(t *testing.T) {
 				first = 100
 			}
 			// Everyone wants far more than exists.
-			got[id] += uint64(l.Report(id, first, first, 10_000, now.Add(time.Duration(c)*time.Millisecond)))
+			got[id] += uint64(report(l, id, first, first, 10_000, now.Add(time.Duration(c)*time.Millisecond)))
 		}
 	}
 	var total uint64
@@ -114,11 +120,11 @@ func TestLedgerAbundant(t *testing.T) {
 	l := NewLedger(Settings{Ratio: 0.5, Burst: 1000, MinPerSecond: 0}, time.Second, t0)
 	now := t0
 	for c := range 3 {
-		l.Report(fmt.Sprintf("c%d", c), 1000, 0, 0, now) // fill the bucket
+		report(l, fmt.Sprintf("c%d", c), 1000, 0, 0, now) // fill the bucket
 	}
 	now = now.Add(time.Second)
 	for c := range 3 {
-		if g := l.Report(fmt.Sprintf("c%d", c), 1000, 0, 5, now); g != 5 {
+		if g := report(l, fmt.Sprintf("c%d", c), 1000, 0, 5, now); g != 5 {
 			t.Errorf("client %d granted %d, want 5", c, g)
 		}
 	}
@@ -128,17 +134,17 @@ func TestLedgerAbundant(t *testing.T) {
 // reports have earned tokens.
 func TestLedgerStartsEmpty(t *testing.T) {
 	l := NewLedger(Settings{Ratio: 0.1, Burst: 1000, MinPerSecond: 0}, time.Second, t0)
-	if g := l.Report("a", 0, 0, 100, t0); g != 0 {
+	if g := report(l, "a", 0, 0, 100, t0); g != 0 {
 		t.Errorf("fresh ledger granted %d, want 0", g)
 	}
-	if g := l.Report("a", 100, 0, 100, t0.Add(time.Second)); g == 0 || g > 10 {
+	if g := report(l, "a", 100, 0, 100, t0.Add(time.Second)); g == 0 || g > 10 {
 		t.Errorf("after 100 first attempts at ratio 0.1 granted %d, want 1..10", g)
 	}
 }
 
 func TestLedgerSetSettingsAndForget(t *testing.T) {
 	l := NewLedger(Settings{Ratio: 1, Burst: 1000, MinPerSecond: 0}, time.Second, t0)
-	l.Report("a", 500, 0, 0, t0)
+	report(l, "a", 500, 0, 0, t0)
 	if tok := l.Status(t0).Tokens; tok != 500 {
 		t.Fatalf("tokens = %v, want 500", tok)
 	}
@@ -147,7 +153,7 @@ func TestLedgerSetSettingsAndForget(t *testing.T) {
 	if st.Tokens > 10+500*1 { // cap = burst + ratio × rate × lease
 		t.Errorf("tokens after lowering the burst = %v", st.Tokens)
 	}
-	l.Report("b", 0, 0, 1, t0.Add(time.Second))
+	report(l, "b", 0, 0, 1, t0.Add(time.Second))
 	l.Forget(t0.Add(time.Minute), 30*time.Second)
 	if n := len(l.Status(t0.Add(time.Minute)).Clients); n != 0 {
 		t.Errorf("%d clients remain after Forget, want 0", n)
@@ -163,5 +169,118 @@ func TestSettingsValidate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("Validate() = %v, want it to name %s", err, field)
 		}
+	}
+}
+
+// TestLedgerDoesNotEarnOnFallbackCounts: first attempts a client sent while
+// in fallback were earned on by its local budget; reported after an outage
+// they count in the rates and totals but earn the fleet nothing, so the
+// catch-up report cannot fund the same retries twice.
+func TestLedgerDoesNotEarnOnFallbackCounts(t *testing.T) {
+	s := Settings{Ratio: 0.1, Burst: 1000, MinPerSecond: 0}
+	l := NewLedger(s, time.Second, t0)
+	now := t0.Add(5 * time.Second) // past the first round
+	// 30 s of an outage: 3,000 first attempts, all in fallback.
+	g := l.Report("a", Counts{First: 3000, Fallback: 3000, Span: 30 * time.Second}, 1000, now)
+	if g.Tokens != 0 {
+		t.Errorf("a catch-up report of fallback counts was granted %d tokens, want 0", g.Tokens)
+	}
+	if st := l.Status(now); st.FirstTotal != 3000 || st.Tokens != 0 {
+		t.Errorf("first_total %d, tokens %v; want 3000 and 0", st.FirstTotal, st.Tokens)
+	}
+	// Counts sent in shared mode still earn.
+	now = now.Add(time.Second)
+	if g := l.Report("a", Counts{First: 100, Fallback: 0, Span: time.Second}, 1000, now); g.Tokens != 10 {
+		t.Errorf("100 shared-mode first attempts at ratio 0.1 granted %d, want 10", g.Tokens)
+	}
+	// A Fallback above First counts as First.
+	now = now.Add(time.Second)
+	if g := l.Report("a", Counts{First: 100, Fallback: 500, Span: time.Second}, 1000, now); g.Tokens != 0 {
+		t.Errorf("fallback > first granted %d, want 0", g.Tokens)
+	}
+}
+
+// TestLedgerSpreadsCatchUpOverItsSpan: a report covering 30 s of traffic at
+// 100/s reads as 100/s, not as 3,000 in one second; the cap (which follows
+// the rate) and the client's weight stay what the traffic was.
+func TestLedgerSpreadsCatchUpOverItsSpan(t *testing.T) {
+	l := NewLedger(Settings{Ratio: 0.1, Burst: 10, MinPerSecond: 0}, time.Second, t0)
+	now := t0.Add(30 * time.Second)
+	l.Report("a", Counts{First: 3000, Fallback: 3000, Span: 30 * time.Second}, 0, now)
+	st := l.Status(now)
+	if got := st.FirstPerSecond; got < 90 || got > 110 {
+		t.Errorf("fleet rate after a 30 s catch-up of 3,000 = %.1f/s, want about 100", got)
+	}
+	if got := st.Clients[0].FirstPerSecond; got < 90 || got > 110 {
+		t.Errorf("client rate after a 30 s catch-up of 3,000 = %.1f/s, want about 100", got)
+	}
+	// Without a span the ledger uses its own measure (one lease period for a
+	// first report).
+	l2 := NewLedger(Settings{Ratio: 0.1, Burst: 10, MinPerSecond: 0}, time.Second, t0)
+	l2.Report("a", Counts{First: 100}, 0, now)
+	if got := l2.Status(now).FirstPerSecond; got < 45 || got > 105 {
+		t.Errorf("fleet rate after one report of 100 with no span = %.1f/s, want 50..100", got)
+	}
+}
+
+// TestLedgerFairFirstRound: a new leader that hears from 20 equal clients
+// one after the other in its first round grants each the same tokens, not
+// everything to whoever reported first.
+func TestLedgerFairFirstRound(t *testing.T) {
+	l := NewLedger(Settings{Ratio: 0.1, Burst: 1000, MinPerSecond: 0}, time.Second, t0)
+	var grants []uint32
+	for c := range 20 {
+		now := t0.Add(time.Duration(c) * 40 * time.Millisecond)
+		grants = append(grants, l.Report(fmt.Sprintf("c%02d", c), Counts{First: 100, Span: time.Second}, 1000, now).Tokens)
+	}
+	for c, g := range grants {
+		if g != 10 {
+			t.Errorf("first round: client %d of 20 (100 first attempts each, ratio 0.1) granted %d, want 10; all: %v", c, g, grants)
+			break
+		}
+	}
+	// After the first round the weighted split takes over. A client that
+	// joins then is weighed by its first report's traffic at once, not held
+	// at the floor: over its first two rounds it gets about what it earned.
+	var late uint32
+	for round := range 2 {
+		now := t0.Add(time.Duration(2+round) * time.Second)
+		for c := range 20 {
+			l.Report(fmt.Sprintf("c%02d", c), Counts{First: 100, Span: time.Second}, 1000, now)
+		}
+		late += l.Report("late", Counts{First: 100, Span: time.Second}, 1000, now).Tokens
+	}
+	if late < 8 {
+		t.Errorf("a client joining a busy fleet was granted %d over two rounds of 100 first attempts, want about 10+", late)
+	}
+}
+
+// TestLedgerSplitsTheMinimum: each client's fallback share of MinPerSecond
+// follows its traffic, and the shares add up to MinPerSecond.
+func TestLedgerSplitsTheMinimum(t *testing.T) {
+	l := NewLedger(Settings{Ratio: 0.1, Burst: 10, MinPerSecond: 2}, time.Second, t0)
+	now := t0.Add(3 * time.Second)
+	var last map[string]float64
+	for round := range 20 {
+		now = now.Add(time.Second)
+		last = map[string]float64{}
+		for c := range 4 {
+			first := uint64(10)
+			if c == 0 {
+				first = 70
+			}
+			last[fmt.Sprint(c)] = l.Report(fmt.Sprint(c), Counts{First: first, Span: time.Second}, 5, now).FallbackMinPerSecond
+		}
+		_ = round
+	}
+	sum := 0.0
+	for _, v := range last {
+		sum += v
+	}
+	if sum < 1.9 || sum > 2.1 {
+		t.Errorf("shares of min_per_second add up to %.3f, want 2: %v", sum, last)
+	}
+	if r := last["0"] / last["1"]; r < 5 || r > 8 {
+		t.Errorf("share of a client with 7× the traffic is %.2f× a quiet one's, want about 7: %v", r, last)
 	}
 }

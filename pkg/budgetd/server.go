@@ -384,8 +384,9 @@ func (s *Server) grant(req *budgetv1.LeaseRequest) (*budgetv1.LeaseResponse, err
 			l = NewLedger(s.settings.forKey(key), s.cfg.LeaseValidity, now)
 			s.ledgers[key] = l
 		}
-		n := l.Report(req.GetClientId(), r.GetFirstAttempts(), r.GetRetries(), r.GetTokensWanted(), now)
-		leases[i] = &budgetv1.KeyLease{Key: key, Tokens: n, ValidFor: validFor, Settings: l.Settings().proto()}
+		g := l.Report(req.GetClientId(), CountsOf(r), r.GetTokensWanted(), now)
+		n := g.Tokens
+		leases[i] = &budgetv1.KeyLease{Key: key, Tokens: n, ValidFor: validFor, Settings: l.Settings().proto(), FallbackMinPerSecond: g.FallbackMinPerSecond}
 
 		label := otherKey
 		if s.settings.configured(key) {

@@ -20,6 +20,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
 	"github.com/leveehq/levee/internal/testlock"
@@ -69,10 +70,11 @@ func TestLeaseStatusRoundTrip(t *testing.T) {
 	def := budgetd.DefaultSettings()
 	defProto := &budgetv1.Settings{Ratio: def.Ratio, Burst: def.Burst, MinPerSecond: def.MinPerSecond}
 	// A new leader starts empty: 100 first attempts at ratio 0.1 earn 10
-	// tokens (5 wanted); a key with no traffic earns nothing yet.
+	// tokens (5 wanted); a key with no traffic earns nothing yet. The only
+	// client's share of min_per_second is all of it.
 	want := []*budgetv1.KeyLease{
-		{Key: "verify", Tokens: 5, Settings: defProto},
-		{Key: "verify/tenant-a", Tokens: 0, Settings: defProto},
+		{Key: "verify", Tokens: 5, Settings: defProto, FallbackMinPerSecond: def.MinPerSecond},
+		{Key: "verify/tenant-a", Tokens: 0, Settings: defProto, FallbackMinPerSecond: def.MinPerSecond},
 	}
 	if diff := cmp.Diff(want, resp.GetLeases(), protocmp.Transform(),
 		protocmp.IgnoreFields(&budgetv1.KeyLease{}, "valid_for")); diff != "" {
@@ -197,6 +199,9 @@ func TestInvalidArgument(t *testing.T) {
 		{"duplicate key", &budgetv1.LeaseRequest{ClientId: "gw", Reports: []*budgetv1.KeyReport{report("verify", 1, 1), report("verify", 1, 1)}}, "reports[1].key"},
 		{"too many reports", &budgetv1.LeaseRequest{ClientId: "gw", Reports: many}, "reports:"},
 		{"absurd count", &budgetv1.LeaseRequest{ClientId: "gw", Reports: []*budgetv1.KeyReport{report("verify", 1<<50, 1)}}, "reports[0].first_attempts"},
+		{"fallback above first", &budgetv1.LeaseRequest{ClientId: "gw", Reports: []*budgetv1.KeyReport{{Key: "verify", FirstAttempts: 5, FallbackFirstAttempts: 6}}}, "reports[0].fallback_first_attempts"},
+		{"negative span", &budgetv1.LeaseRequest{ClientId: "gw", Reports: []*budgetv1.KeyReport{{Key: "verify", FirstAttempts: 5, Span: durationpb.New(-time.Second)}}}, "reports[0].span"},
+		{"malformed span", &budgetv1.LeaseRequest{ClientId: "gw", Reports: []*budgetv1.KeyReport{{Key: "verify", Span: &durationpb.Duration{Seconds: 1, Nanos: -5}}}}, "reports[0].span"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := c.Lease(ctx, tc.req)

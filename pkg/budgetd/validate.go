@@ -74,6 +74,27 @@ func validateLease(req *budgetv1.LeaseRequest) error {
 		if r.GetRetries() > maxCount {
 			return fmt.Errorf("reports[%d].retries: at most %d per report, got %d", i, uint64(maxCount), r.GetRetries())
 		}
+		if r.GetFallbackFirstAttempts() > r.GetFirstAttempts() {
+			return fmt.Errorf("reports[%d].fallback_first_attempts: at most first_attempts (%d), got %d", i, r.GetFirstAttempts(), r.GetFallbackFirstAttempts())
+		}
+		if sp := r.GetSpan(); sp != nil {
+			if err := sp.CheckValid(); err != nil {
+				return fmt.Errorf("reports[%d].span: %w", i, err)
+			}
+			if sp.AsDuration() < 0 {
+				return fmt.Errorf("reports[%d].span: must not be negative, got %v", i, sp.AsDuration())
+			}
+		}
 	}
 	return nil
+}
+
+// CountsOf is a validated report's counts, for Ledger.Report.
+func CountsOf(r *budgetv1.KeyReport) Counts {
+	return Counts{
+		First:    r.GetFirstAttempts(),
+		Fallback: r.GetFallbackFirstAttempts(),
+		Retries:  r.GetRetries(),
+		Span:     r.GetSpan().AsDuration(),
+	}
 }

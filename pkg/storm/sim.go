@@ -436,7 +436,7 @@ func (s *sim) allowRetry(p *simProc) bool {
 func (s *sim) report(p *simProc) {
 	rate := float64(p.first) / s.c.reportEvery.Seconds()
 	want := uint32(math.Ceil(s.c.Ratio*rate*s.c.reportEvery.Seconds())) + 2
-	p.tokens = float64(s.ledger.Report(p.id, p.first, p.retrys, want, s.now))
+	p.tokens = float64(s.ledger.Report(p.id, budgetd.Counts{First: p.first, Retries: p.retrys}, want, s.now).Tokens)
 	p.leaseUntil = s.now.Add(s.c.leaseFor)
 	p.first, p.retrys = 0, 0
 	if s.now.Before(s.end) {

@@ -48,12 +48,16 @@ type Report struct {
 	ClientID      string
 	Key           string
 	FirstAttempts uint64
-	Retries       uint64
-	TokensWanted  uint32
-	TokensGranted uint32
-	At            time.Time
-	ValidFor      time.Duration
-	KeysInRequest int // reports in that LeaseRequest
+	// FallbackFirstAttempts is the part of FirstAttempts the client sent in
+	// fallback; Span the time the counts cover (zero: not sent).
+	FallbackFirstAttempts uint64
+	Span                  time.Duration
+	Retries               uint64
+	TokensWanted          uint32
+	TokensGranted         uint32
+	At                    time.Time
+	ValidFor              time.Duration
+	KeysInRequest         int // reports in that LeaseRequest
 }
 
 // Server is a BudgetService backed by budgetd.Ledger.
@@ -297,10 +301,12 @@ func (s *Server) Lease(ctx context.Context, req *budgetv1.LeaseRequest) (*budget
 			l = budgetd.NewLedger(st, s.cfg.ValidFor, now)
 			s.ledgers[r.GetKey()] = l
 		}
-		granted := l.Report(req.GetClientId(), r.GetFirstAttempts(), r.GetRetries(), r.GetTokensWanted(), now)
+		g := l.Report(req.GetClientId(), budgetd.CountsOf(r), r.GetTokensWanted(), now)
+		granted := g.Tokens
 		s.reports = append(s.reports, Report{
 			Seq: s.seq, ClientID: req.GetClientId(), Key: r.GetKey(),
 			FirstAttempts: r.GetFirstAttempts(), Retries: r.GetRetries(),
+			FallbackFirstAttempts: r.GetFallbackFirstAttempts(), Span: r.GetSpan().AsDuration(),
 			TokensWanted: r.GetTokensWanted(), TokensGranted: granted,
 			At: now, ValidFor: s.cfg.ValidFor, KeysInRequest: len(req.GetReports()),
 		})
@@ -312,6 +318,8 @@ func (s *Server) Lease(ctx context.Context, req *budgetv1.LeaseRequest) (*budget
 			Tokens:   granted,
 			ValidFor: durationpb.New(s.cfg.ValidFor),
 			Settings: &budgetv1.Settings{Ratio: st.Ratio, Burst: st.Burst, MinPerSecond: st.MinPerSecond},
+
+			FallbackMinPerSecond: g.FallbackMinPerSecond,
 		})
 	}
 	close(s.changed)

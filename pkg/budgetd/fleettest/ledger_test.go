@@ -33,7 +33,7 @@ func TestLedgerSharesMove(t *testing.T) {
 	points := []point{{t0, 0, 0}}
 	perSecond := map[int64]uint64{} // first attempts reported per calendar second
 	report := func(id string, f uint64, want uint32, at time.Time) {
-		granted += uint64(l.Report(id, f, 0, want, at))
+		granted += uint64(l.Report(id, budgetd.Counts{First: f}, want, at).Tokens)
 		first += f
 		perSecond[at.Unix()] += f
 		points = append(points, point{at, first, granted})

@@ -94,7 +94,18 @@ type KeyReport struct {
 	// Retries sent since the previous accepted report.
 	Retries uint64 `protobuf:"varint,3,opt,name=retries,proto3" json:"retries,omitempty"`
 	// Retry tokens the client would like to hold for the next lease period.
-	TokensWanted  uint32 `protobuf:"varint,4,opt,name=tokens_wanted,json=tokensWanted,proto3" json:"tokens_wanted,omitempty"`
+	TokensWanted uint32 `protobuf:"varint,4,opt,name=tokens_wanted,json=tokensWanted,proto3" json:"tokens_wanted,omitempty"`
+	// Of first_attempts, those sent while the key was in fallback (budgetd
+	// unreachable or the lease expired): the client's local budget already
+	// earned retry tokens on them, so budgetd counts them in its rates but
+	// earns nothing for them. At most first_attempts.
+	FallbackFirstAttempts uint64 `protobuf:"varint,5,opt,name=fallback_first_attempts,json=fallbackFirstAttempts,proto3" json:"fallback_first_attempts,omitempty"`
+	// How long the counts took to accumulate: the time since the previous
+	// accepted report, or since the key began counting. Budgetd spreads the
+	// counts over this span in its rate window, so a catch-up report after an
+	// outage is not read as one second of traffic. Unset or zero: budgetd
+	// measures the span itself (since this client's previous report).
+	Span          *durationpb.Duration `protobuf:"bytes,6,opt,name=span,proto3" json:"span,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -155,6 +166,20 @@ func (x *KeyReport) GetTokensWanted() uint32 {
 		return x.TokensWanted
 	}
 	return 0
+}
+
+func (x *KeyReport) GetFallbackFirstAttempts() uint64 {
+	if x != nil {
+		return x.FallbackFirstAttempts
+	}
+	return 0
+}
+
+func (x *KeyReport) GetSpan() *durationpb.Duration {
+	if x != nil {
+		return x.Span
+	}
+	return nil
 }
 
 // LeaseResponse grants tokens for each reported key.
@@ -233,9 +258,14 @@ type KeyLease struct {
 	ValidFor *durationpb.Duration `protobuf:"bytes,3,opt,name=valid_for,json=validFor,proto3" json:"valid_for,omitempty"`
 	// The key's settings, so that a client that loses budgetd can fall back to
 	// a local budget of the same ratio.
-	Settings      *Settings `protobuf:"bytes,4,opt,name=settings,proto3" json:"settings,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Settings *Settings `protobuf:"bytes,4,opt,name=settings,proto3" json:"settings,omitempty"`
+	// This client's share of the key's min_per_second (in proportion to its
+	// share of the fleet's first attempts), for its local budget while it
+	// cannot reach budgetd: the fleet's fallbacks together then earn what
+	// budgetd would, however many processes there are.
+	FallbackMinPerSecond float64 `protobuf:"fixed64,5,opt,name=fallback_min_per_second,json=fallbackMinPerSecond,proto3" json:"fallback_min_per_second,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *KeyLease) Reset() {
@@ -294,6 +324,13 @@ func (x *KeyLease) GetSettings() *Settings {
 		return x.Settings
 	}
 	return nil
+}
+
+func (x *KeyLease) GetFallbackMinPerSecond() float64 {
+	if x != nil {
+		return x.FallbackMinPerSecond
+	}
+	return 0
 }
 
 // Settings of one budget key.
@@ -705,21 +742,24 @@ const file_levee_budget_v1_budget_proto_rawDesc = "" +
 	"\x1clevee/budget/v1/budget.proto\x12\x0flevee.budget.v1\x1a\x1egoogle/protobuf/duration.proto\"a\n" +
 	"\fLeaseRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x124\n" +
-	"\areports\x18\x02 \x03(\v2\x1a.levee.budget.v1.KeyReportR\areports\"\x83\x01\n" +
+	"\areports\x18\x02 \x03(\v2\x1a.levee.budget.v1.KeyReportR\areports\"\xea\x01\n" +
 	"\tKeyReport\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12%\n" +
 	"\x0efirst_attempts\x18\x02 \x01(\x04R\rfirstAttempts\x12\x18\n" +
 	"\aretries\x18\x03 \x01(\x04R\aretries\x12#\n" +
-	"\rtokens_wanted\x18\x04 \x01(\rR\ftokensWanted\"\x9a\x01\n" +
+	"\rtokens_wanted\x18\x04 \x01(\rR\ftokensWanted\x126\n" +
+	"\x17fallback_first_attempts\x18\x05 \x01(\x04R\x15fallbackFirstAttempts\x12-\n" +
+	"\x04span\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x04span\"\x9a\x01\n" +
 	"\rLeaseResponse\x121\n" +
 	"\x06leases\x18\x01 \x03(\v2\x19.levee.budget.v1.KeyLeaseR\x06leases\x12>\n" +
 	"\rrefresh_after\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\frefreshAfter\x12\x16\n" +
-	"\x06leader\x18\x03 \x01(\tR\x06leader\"\xa3\x01\n" +
+	"\x06leader\x18\x03 \x01(\tR\x06leader\"\xda\x01\n" +
 	"\bKeyLease\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06tokens\x18\x02 \x01(\rR\x06tokens\x126\n" +
 	"\tvalid_for\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\bvalidFor\x125\n" +
-	"\bsettings\x18\x04 \x01(\v2\x19.levee.budget.v1.SettingsR\bsettings\"\\\n" +
+	"\bsettings\x18\x04 \x01(\v2\x19.levee.budget.v1.SettingsR\bsettings\x125\n" +
+	"\x17fallback_min_per_second\x18\x05 \x01(\x01R\x14fallbackMinPerSecond\"\\\n" +
 	"\bSettings\x12\x14\n" +
 	"\x05ratio\x18\x01 \x01(\x01R\x05ratio\x12\x14\n" +
 	"\x05burst\x18\x02 \x01(\x01R\x05burst\x12$\n" +
@@ -782,23 +822,24 @@ var file_levee_budget_v1_budget_proto_goTypes = []any{
 }
 var file_levee_budget_v1_budget_proto_depIdxs = []int32{
 	1,  // 0: levee.budget.v1.LeaseRequest.reports:type_name -> levee.budget.v1.KeyReport
-	3,  // 1: levee.budget.v1.LeaseResponse.leases:type_name -> levee.budget.v1.KeyLease
-	9,  // 2: levee.budget.v1.LeaseResponse.refresh_after:type_name -> google.protobuf.Duration
-	9,  // 3: levee.budget.v1.KeyLease.valid_for:type_name -> google.protobuf.Duration
-	4,  // 4: levee.budget.v1.KeyLease.settings:type_name -> levee.budget.v1.Settings
-	7,  // 5: levee.budget.v1.StatusResponse.budgets:type_name -> levee.budget.v1.BudgetStatus
-	4,  // 6: levee.budget.v1.BudgetStatus.settings:type_name -> levee.budget.v1.Settings
-	8,  // 7: levee.budget.v1.BudgetStatus.clients:type_name -> levee.budget.v1.ClientStatus
-	9,  // 8: levee.budget.v1.ClientStatus.since_report:type_name -> google.protobuf.Duration
-	0,  // 9: levee.budget.v1.BudgetService.Lease:input_type -> levee.budget.v1.LeaseRequest
-	5,  // 10: levee.budget.v1.BudgetService.Status:input_type -> levee.budget.v1.StatusRequest
-	2,  // 11: levee.budget.v1.BudgetService.Lease:output_type -> levee.budget.v1.LeaseResponse
-	6,  // 12: levee.budget.v1.BudgetService.Status:output_type -> levee.budget.v1.StatusResponse
-	11, // [11:13] is the sub-list for method output_type
-	9,  // [9:11] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	9,  // 1: levee.budget.v1.KeyReport.span:type_name -> google.protobuf.Duration
+	3,  // 2: levee.budget.v1.LeaseResponse.leases:type_name -> levee.budget.v1.KeyLease
+	9,  // 3: levee.budget.v1.LeaseResponse.refresh_after:type_name -> google.protobuf.Duration
+	9,  // 4: levee.budget.v1.KeyLease.valid_for:type_name -> google.protobuf.Duration
+	4,  // 5: levee.budget.v1.KeyLease.settings:type_name -> levee.budget.v1.Settings
+	7,  // 6: levee.budget.v1.StatusResponse.budgets:type_name -> levee.budget.v1.BudgetStatus
+	4,  // 7: levee.budget.v1.BudgetStatus.settings:type_name -> levee.budget.v1.Settings
+	8,  // 8: levee.budget.v1.BudgetStatus.clients:type_name -> levee.budget.v1.ClientStatus
+	9,  // 9: levee.budget.v1.ClientStatus.since_report:type_name -> google.protobuf.Duration
+	0,  // 10: levee.budget.v1.BudgetService.Lease:input_type -> levee.budget.v1.LeaseRequest
+	5,  // 11: levee.budget.v1.BudgetService.Status:input_type -> levee.budget.v1.StatusRequest
+	2,  // 12: levee.budget.v1.BudgetService.Lease:output_type -> levee.budget.v1.LeaseResponse
+	6,  // 13: levee.budget.v1.BudgetService.Status:output_type -> levee.budget.v1.StatusResponse
+	12, // [12:14] is the sub-list for method output_type
+	10, // [10:12] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_levee_budget_v1_budget_proto_init() }

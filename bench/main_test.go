@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 			fmt.Println("heap: default")
 		}
 	case "resident":
-		verifier.KeepHeapResident(runtime.GOMAXPROCS(0), verify.DefaultPolicy(), 0)
+		verifier.KeepHeapResident(runtime.GOMAXPROCS(0), int64(verify.DefaultPolicy().Params.Memory)<<10, 0)
 		if benchmarking {
 			fmt.Println("heap: resident")
 		}

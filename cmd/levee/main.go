@@ -36,7 +36,6 @@ import (
 	"github.com/leveehq/levee/pkg/fleet"
 	"github.com/leveehq/levee/pkg/gateway"
 	"github.com/leveehq/levee/pkg/verifier"
-	"github.com/leveehq/levee/pkg/verify"
 )
 
 const usage = `usage: levee <command> [flags]
@@ -257,8 +256,7 @@ func calibrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	// a freed array. Put them back afterwards: tests call run in-process.
 	gcPercent, memLimit := debug.SetGCPercent(-1), debug.SetMemoryLimit(-1)
 	defer func() { debug.SetGCPercent(gcPercent); debug.SetMemoryLimit(memLimit) }()
-	widest := verify.Policy{Params: verify.Params{Memory: cfg.PerHashKiB(), Parallelism: cfg.Parallelism}}
-	verifier.KeepHeapResident(cfg.Concurrency, widest, cfg.MemoryBudget)
+	verifier.KeepHeapResident(cfg.Concurrency, int64(cfg.PerHashKiB())<<10, cfg.MemoryBudget)
 
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()

@@ -87,7 +87,7 @@ func run(args []string) error {
 	cfg.MemoryBudget = budget
 	cfg.Logger.Info("memory budget", "budget", verifier.ByteSize(budget).Approx(), "bytes", budget, "source", source)
 	if *resident {
-		limit := verifier.KeepHeapResident(cfg.Workers, cfg.Policy, budget)
+		limit := verifier.KeepHeapResident(cfg.Workers, cfg.WidestHash(), budget)
 		cfg.Logger.Info("heap kept resident", "soft_memory_limit_mib", limit>>20)
 	}
 

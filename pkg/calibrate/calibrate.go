@@ -39,8 +39,9 @@ type Result struct {
 	// MemoryTotal is Workers times that, at most MemoryBudget.
 	MemoryPerHash, MemoryTotal int64
 	// HeapLimit is the soft memory limit a verifier with these workers,
-	// policy and -memory-budget sets with -resident-heap (its default): twice
-	// the arrays or the budget, whichever is less, plus a base. The process
+	// limits and -memory-budget sets with -resident-heap (its default): twice
+	// the arrays its pool admits at once (a stored hash per worker at the
+	// limits' m, or the budget, whichever is less), plus a base. The process
 	// needs this much and a little more (its binary, stacks).
 	HeapLimit int64
 
@@ -256,7 +257,7 @@ func (s *searcher) result(pt point, bound string) (Result, error) {
 		P50: pt.p50, P95: pt.p95, Throughput: pt.tput, Hashes: pt.n,
 		Target: c.Target, MemoryBudget: c.MemoryBudget,
 		MemoryPerHash: int64(pt.m) << 10, MemoryTotal: int64(c.Concurrency) * int64(pt.m) << 10,
-		HeapLimit: verifier.ResidentHeapLimit(c.Concurrency, pol.Params, c.MemoryBudget),
+		HeapLimit: verifier.ResidentHeapLimit(c.Concurrency, int64(lim.MaxMemoryKiB)<<10, c.MemoryBudget),
 		Bound:     bound, Probes: len(s.seen),
 	}
 	if r.MemoryTotal > c.MemoryBudget {

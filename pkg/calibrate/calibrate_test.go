@@ -350,7 +350,7 @@ func TestHeapLimitMatchesVerifier(t *testing.T) {
 	pol := verify.DefaultPolicy()
 	pol.Params.Memory = 47104
 	for _, budget := range []int64{0, 3 * 47104 << 10, 100 << 20, 1 << 30} {
-		if got, want := verifier.ResidentHeapLimit(3, pol.Params, budget), verifier.KeepHeapResident(3, pol, budget); got != want {
+		if got, want := verifier.ResidentHeapLimit(3, int64(pol.Params.Memory)<<10, budget), verifier.KeepHeapResident(3, int64(pol.Params.Memory)<<10, budget); got != want {
 			t.Errorf("budget %d: ResidentHeapLimit = %d, KeepHeapResident = %d", budget, got, want)
 		}
 	}

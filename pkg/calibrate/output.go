@@ -68,7 +68,7 @@ func (r Result) WriteText(w io.Writer) error {
 	row("parallelism", "p = %d", p.Parallelism)
 	row("latency per hash", "p50 %s, p95 %s (target %s), %d hashes measured", ms(r.P50), ms(r.P95), ms(r.Target), r.Hashes)
 	row("throughput", "%.1f hashes/s with %d at once", r.Throughput, r.Workers)
-	row("verifier heap limit", "%s with -resident-heap (the lesser of 2 × arrays and the budget, + 64 MiB): the process needs this and a little more", mib(r.HeapLimit>>10))
+	row("verifier heap limit", "%s with -resident-heap (2 × the lesser of workers × max m and the budget, + 64 MiB): the process needs this and a little more", mib(r.HeapLimit>>10))
 	row("settled by", "%s", r.Bound)
 	for _, warn := range r.Warnings {
 		fmt.Fprintf(&b, "\nwarning: %s\n", warn)

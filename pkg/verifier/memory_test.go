@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -17,6 +19,7 @@ import (
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/pkg/verify"
+	"github.com/leveehq/levee/pkg/workpool"
 )
 
 // A burst of stored hashes of m = 1 MiB against a 3 MiB budget on four
@@ -251,7 +254,7 @@ func TestByteSizeFlag(t *testing.T) {
 func TestKeepHeapResidentWithinBudget(t *testing.T) {
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
-	policy := verify.DefaultPolicy()
+	policy := int64(verify.DefaultPolicy().Params.Memory) << 10
 	if got, want := KeepHeapResident(4, policy, 64<<20), int64(192<<20); got != want {
 		t.Errorf("with a 64 MiB budget: limit %d MiB, want %d MiB", got>>20, want>>20)
 	}
@@ -276,4 +279,78 @@ func TestSlotsBoundedByMemory(t *testing.T) {
 	if got := trailer.Get(WorkersTrailer); len(got) != 1 || got[0] != "2" {
 		t.Errorf("%s = %v, want [2]", WorkersTrailer, got)
 	}
+}
+
+// The soft memory limit covers what the pool admits: twice the Argon2
+// arrays that may live at once (the running hashes' and the previous
+// round's garbage) plus the base, counting stored hashes as wide as the
+// limits accept, not only the policy's. It was computed from the policy's
+// m: four workers and a 1 GiB budget got 576 MiB, while four stored hashes
+// at the 256 MiB cap hold 1 GiB at once, so the collector and the scavenger
+// ran on every hash and each one faulted its array in again. And it never
+// exceeds twice the budget plus the base, which DefaultMemoryBudget sizes to
+// fit the container.
+func TestResidentHeapLimitCoversAdmittedArrays(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		workers int
+		budget  int64
+	}{
+		{"budget holds every worker's widest hash", 4, 1 << 30},
+		{"budget holds one widest hash", 4, 300 << 20},
+		{"budget far above the workers", 2, 8 << 30},
+		{"one worker", 1, 1 << 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig() // policy m = 64 MiB, stored hashes up to 256 MiB
+			cfg.Workers = tc.workers
+			cfg.MemoryBudget = tc.budget
+			widest := int64(cfg.Limits.MaxMemoryKiB) << 10
+			admitted := admittedBy(t, cfg, widest)
+			limit := cfg.ResidentHeapLimit()
+			if need := 2*admitted + residentBase; limit < need {
+				t.Errorf("soft limit %d MiB, want ≥ %d MiB: the pool admits %d MiB of %d MiB arrays at once",
+					limit>>20, need>>20, admitted>>20, widest>>20)
+			}
+			if most := 2*tc.budget + residentBase; limit > most {
+				t.Errorf("soft limit %d MiB, want ≤ %d MiB (twice the budget plus the base)", limit>>20, most>>20)
+			}
+		})
+	}
+}
+
+// admittedBy submits twice cfg.Workers jobs of mem bytes each to a pool
+// sized as a verifier built from cfg sizes its own, and returns the most
+// memory they held at once.
+func admittedBy(t *testing.T, cfg Config, mem int64) int64 {
+	t.Helper()
+	budget, _ := cfg.ResolveMemoryBudget()
+	pool, err := workpool.New(workpool.Config{Workers: cfg.Workers, QueueCapacity: 4 * cfg.Workers,
+		MaxQueueWait: time.Hour, LIFOAfter: time.Hour, MemoryBudget: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	n := 2 * cfg.Workers
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = pool.Submit(ctx, time.Millisecond, mem, func() { <-release })
+		}()
+	}
+	for st := pool.Stats(); st.Busy+st.Queued < n || st.Busy == 0; st = pool.Stats() {
+		if ctx.Err() != nil {
+			t.Fatalf("jobs not all in the pool: %+v", st)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	peak := pool.Stats().PeakMemory
+	close(release)
+	wg.Wait()
+	return peak
 }

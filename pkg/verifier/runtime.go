@@ -9,8 +9,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-
-	"github.com/leveehq/levee/pkg/verify"
 )
 
 // residentBase is the headroom, beyond the Argon2 arrays, that the heap
@@ -23,42 +21,67 @@ const residentBase = 64 << 20
 const outsideHeap = 64 << 20
 
 // KeepHeapResident tunes the Go runtime of a process whose work is Argon2
-// and returns the soft memory limit it set. It is process-wide, so only a
-// main should call it.
+// and returns the soft memory limit it set: ResidentHeapLimit(workers,
+// widest, budget). It is process-wide, so only a main should call it; a
+// verifier's main passes what Config.ResidentHeapLimit does.
 //
 // Argon2 allocates its whole block array (m KiB) per hash. Under the default
 // GOGC the heap goal between hashes is tiny, the background scavenger hands
 // the freed arrays back to the OS, and the next hash pays to fault fresh pages
 // in (about 190 ms per 64 MiB on a small machine: more than the hash itself).
-// With GOGC off and a soft memory limit of twice the arrays the workers can
-// hold at once plus a base, garbage collection runs only when that limit
-// nears, and the scavenger keeps freed arrays resident for reuse.
+// With GOGC off and a soft memory limit of twice the arrays that may live at
+// once plus a base, garbage collection runs only when that limit nears, and
+// the scavenger keeps freed arrays resident for reuse.
 //
-// With a memory budget (budget > 0), the limit is at most twice the budget
-// plus the base: the pool's memory permits let no more than budget bytes of
-// Argon2 arrays be live at once, and the freed arrays of the previous round
-// wait beside them until the next collection. A limit below that makes the
-// collector run and the scavenger return memory on nearly every hash, and
-// each hash then faults its array in again: measured with `levee calibrate`,
-// p95 went from 89 ms to 448 ms when 2 × 68 MiB arrays crossed a 320 MiB
-// limit (docs/benchmarks.md). DefaultMemoryBudget sizes the budget so that
-// this limit fits the container.
-func KeepHeapResident(workers int, policy verify.Policy, budget int64) int64 {
-	limit := ResidentHeapLimit(workers, policy.Params, budget)
+// A limit below twice the arrays the pool admits makes the collector run and
+// the scavenger return memory on nearly every hash, and each hash then
+// faults its array in again: measured with `levee calibrate`, p95 went from
+// 89 ms to 448 ms when 2 × 68 MiB arrays crossed a 320 MiB limit
+// (docs/benchmarks.md). DefaultMemoryBudget sizes the budget so that this
+// limit fits the container.
+func KeepHeapResident(workers int, widest, budget int64) int64 {
+	limit := ResidentHeapLimit(workers, widest, budget)
 	debug.SetGCPercent(-1)
 	debug.SetMemoryLimit(limit)
 	return limit
 }
 
 // ResidentHeapLimit is the soft memory limit KeepHeapResident sets: twice
-// the Argon2 arrays that workers hashes of p (or, when smaller, the budget)
-// hold at once, plus a base for everything else.
-func ResidentHeapLimit(workers int, p verify.Params, budget int64) int64 {
-	arrays := int64(workers) * int64(p.Memory) << 10
+// the Argon2 arrays that may live at once (AdmittedArrays: the running
+// hashes' and the previous round's, freed but not yet collected), plus a
+// base for everything else.
+func ResidentHeapLimit(workers int, widest, budget int64) int64 {
+	return 2*AdmittedArrays(workers, widest, budget) + residentBase
+}
+
+// AdmittedArrays is the most Argon2 array memory a pool of workers lets
+// live at once when each hash may ask for up to widest bytes: a hash per
+// worker, and with a memory budget (budget > 0) no more than the budget,
+// which the pool's memory permits hold the running hashes to (a hash wider
+// than the whole budget is refused). For a verifier, widest is what a stored
+// hash may ask (Config.WidestHash), not the policy's m: verifying old or
+// imported hashes with a larger m is what fills the budget.
+func AdmittedArrays(workers int, widest, budget int64) int64 {
+	arrays := int64(max(workers, 1)) * max(widest, 0)
 	if budget > 0 {
 		arrays = min(arrays, budget)
 	}
-	return 2*arrays + residentBase
+	return arrays
+}
+
+// WidestHash is the most Argon2 memory, in bytes, one hash on a verifier
+// built from c may ask for: a stored hash at Limits.MaxMemoryKiB, or the
+// policy's own m if that is larger.
+func (c Config) WidestHash() int64 {
+	return int64(max(c.Limits.MaxMemoryKiB, c.Policy.Params.Memory)) << 10
+}
+
+// ResidentHeapLimit is the soft memory limit for a verifier built from c,
+// with the memory budget it resolves (ResolveMemoryBudget): the one place
+// the verifier's soft limit and its pool's admission are reconciled.
+func (c Config) ResidentHeapLimit() int64 {
+	budget, _ := c.ResolveMemoryBudget()
+	return ResidentHeapLimit(c.Workers, c.WidestHash(), budget)
 }
 
 // memoryFiles are where DefaultMemoryBudget reads the memory it may use;

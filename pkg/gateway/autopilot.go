@@ -92,19 +92,41 @@ func (s *callSet) flush(cutoff time.Time) int {
 }
 
 // autopilot watches the fleet's signals once a Tick and acts as an operator
-// would on the metastable signature: verifier queue wait above the typical
-// client timeout while throughput stays high and goodput (answers within the
-// client timeout) collapses. Engaged, it cuts calls older than the client
-// timeout (their callers have left: finishing them is pure waste), shortens
-// forwarded deadlines to what a caller still waits for, clamps admission to
-// ClampFraction of the measured capacity, and every tick after that either
-// tightens the clamp (×0.8, queue wait past the client timeout again) or
+// would on the metastable signature: the work the fleet does is wasted. Of
+// the calls forwarded that a verifier worked on (answered, or still being
+// worked on when the caller's deadline passed), fewer than GoodputBelow were
+// answered within the client timeout of their arrival, while throughput
+// (over two ticks) stays at least half its recent peak (the fleet works, it
+// is not stalled)
+// and the queue stands (mean reported queue wait above RampQueueWait, or no
+// call lived to report one). Refusals are not work and count neither way: a
+// fleet that refuses what it cannot finish in time and answers the rest in
+// time is overloaded, not metastable, which is the limiter's business, and
+// a clamp under capacity would only lose goodput. Nor does the signature
+// need the queue wait to pass the client timeout (as it once did): a
+// verifier refuses what would wait longer than its -max-queue-wait (1 s by
+// default), so its reported wait never gets there, however late the
+// answers.
+//
+// Engaged, it cuts calls older than the client timeout (their callers have
+// left: finishing them is pure waste), shortens forwarded deadlines to what
+// a caller still waits for, clamps admission to ClampFraction of the
+// measured capacity, and every tick after that either tightens the clamp
+// (×0.8: the signature again, or queue wait past the client timeout) or
 // ramps it: by RampFactor while queue wait stays below RampQueueWait, by
 // √RampFactor in between, where the signature is gone but the queue is not
 // yet short. It stands down once the clamp has not bound for StandDownAfter
 // ticks, or once it has ramped to the limiter's ceiling, where it no longer
 // limits anything. No tick leaves it as it was: an engaged autopilot either
-// finds the signature again or ends.
+// finds the signature again or ends; and what ends the clamp needs no
+// traffic (a tick with none does not bind it).
+//
+// Each tick, engaged or not, it also takes out of rotation a verifier that
+// refuses everything while another serves (Gateway.ejectRefusing): the
+// outlier ejector judges each verifier against its peers' median, so it
+// cannot when half the fleet or more refuses, and the refusals of such a
+// verifier are not the fleet's overload. The ejection is the ejector's own,
+// with its backoff, and ends by time alone.
 type autopilot struct {
 	g   *Gateway
 	cfg AutopilotConfig
@@ -114,8 +136,8 @@ type autopilot struct {
 	engaged atomic.Bool
 
 	// Fed by the request path, read and reset each tick.
-	answers    atomic.Int64 // calls answered by a verifier
-	fast       atomic.Int64 // of them, within the client timeout of arrival
+	answers    atomic.Int64 // calls a verifier worked on: answered, or the caller's deadline passed meanwhile
+	fast       atomic.Int64 // of them, answered within the client timeout of arrival
 	waitSum    atomic.Int64 // reported queue wait, µs
 	serviceSum atomic.Int64 // reported service time, µs
 	reports    atomic.Int64
@@ -124,7 +146,9 @@ type autopilot struct {
 	// Loop state, owned by run.
 	bad, calm      int
 	clamp          float64
-	peakThroughput float64
+	lastThroughput float64 // the previous tick's
+	rate           float64 // throughput over the last two ticks
+	peakThroughput float64 // of rate, decaying 1 % a tick
 }
 
 func newAutopilot(g *Gateway, cfg AutopilotConfig) *autopilot {
@@ -145,9 +169,12 @@ func (a *autopilot) sawInflight(n int) {
 	}
 }
 
-func (a *autopilot) sawAnswer(took time.Duration) {
+// sawWork counts a call a verifier worked on, took after its arrival:
+// answered, or not (the caller's deadline passed, or the autopilot cut it,
+// while it was forwarded). Refusals are not counted.
+func (a *autopilot) sawWork(took time.Duration, answered bool) {
 	a.answers.Add(1)
-	if took <= a.clientTimeout() {
+	if answered && took <= a.clientTimeout() {
 		a.fast.Add(1)
 	}
 }
@@ -162,12 +189,13 @@ func (a *autopilot) sawQueue(wait, service time.Duration) {
 
 // signals are one tick's readings.
 type signals struct {
-	throughput float64       // answers per second
+	throughput float64       // calls worked on per second
 	goodput    float64       // fraction answered within the client timeout
 	queueWait  time.Duration // mean reported queue wait
+	waitKnown  bool          // some answer reported its queue wait
 	busy       float64       // calls being hashed on average (Little's law)
 	peak       int           // most calls in flight
-	answers    int64
+	answers    int64         // calls worked on
 }
 
 func (a *autopilot) read(tick time.Duration) signals {
@@ -179,6 +207,7 @@ func (a *autopilot) read(tick time.Duration) signals {
 		s.goodput = float64(fast) / float64(answers)
 	}
 	if reports > 0 {
+		s.waitKnown = true
 		s.queueWait = time.Duration(waitSum/reports) * time.Microsecond
 		meanService := time.Duration(serviceSum/reports) * time.Microsecond
 		s.busy = s.throughput * meanService.Seconds()
@@ -199,17 +228,25 @@ func (a *autopilot) run(ctx context.Context) {
 	}
 }
 
-// congested reports whether s shows the metastable signature.
+// congested reports whether s shows the metastable signature (see
+// autopilot). A tick whose calls all ended past their callers' deadlines
+// reports no queue wait: the queue is presumed to stand, since the fleet
+// kept them past the client timeout.
 func (a *autopilot) congested(s signals) bool {
 	return s.answers > 0 &&
-		s.queueWait > a.clientTimeout() &&
-		s.throughput >= 0.5*a.peakThroughput &&
-		s.goodput < a.cfg.GoodputBelow
+		s.goodput < a.cfg.GoodputBelow &&
+		a.rate >= 0.5*a.peakThroughput &&
+		(s.queueWait > a.cfg.RampQueueWait || !s.waitKnown)
 }
 
 func (a *autopilot) tick(s signals) {
-	a.peakThroughput = max(s.throughput, a.peakThroughput*0.99)
+	// Throughput over two ticks: slow hashes answer in waves, and one
+	// tick's count of a few calls is too noisy to compare with a peak.
+	a.rate = (s.throughput + a.lastThroughput) / 2
+	a.lastThroughput = s.throughput
+	a.peakThroughput = max(a.rate, a.peakThroughput*0.99)
 	log := a.g.log
+	a.ejectRefusing(time.Now())
 	if !a.enabled.Load() {
 		if a.engaged.Load() {
 			a.standDown("autopilot disabled")
@@ -218,6 +255,12 @@ func (a *autopilot) tick(s signals) {
 		return
 	}
 	if !a.engaged.Load() {
+		if s.answers == 0 {
+			// No call ended this tick: no evidence either way. Slow hashes
+			// answer in waves, and a quiet tick between two congested ones
+			// is not the signature gone.
+			return
+		}
 		if !a.congested(s) {
 			a.bad = 0
 			return
@@ -245,7 +288,7 @@ func (a *autopilot) tick(s signals) {
 	flushed := a.g.calls.flush(time.Now().Add(-a.clientTimeout()))
 	a.g.metrics.autoFlushed.Add(float64(flushed))
 	switch {
-	case s.queueWait > a.clientTimeout():
+	case a.congested(s) || s.queueWait > a.clientTimeout():
 		a.clamp = max(1, a.clamp*0.8)
 		a.calm = 0
 		a.g.metrics.autoActions.WithLabelValues("tighten").Inc()
@@ -272,6 +315,21 @@ func (a *autopilot) tick(s signals) {
 		return
 	}
 	a.g.limiter.SetEmergency(int(math.Ceil(a.clamp)))
+}
+
+// ejectRefusing takes out of rotation the verifiers that refuse everything
+// while another serves (Gateway.ejectRefusing), when the autopilot is on.
+// Each tick calls it, and so does each bad answer (at most every
+// outlierJudgeEvery, see Gateway.judgeSoon): a verifier whose ejection
+// ended is judged on its first answers, not a tick later.
+func (a *autopilot) ejectRefusing(now time.Time) {
+	if !a.enabled.Load() {
+		return
+	}
+	for _, addr := range a.g.ejectRefusing(now) {
+		a.g.metrics.autoActions.WithLabelValues("eject").Inc()
+		a.g.log.Warn("autopilot ejected a verifier refusing everything while others serve", "verifier", addr)
+	}
 }
 
 func (a *autopilot) standDown(why string) {

@@ -2,10 +2,16 @@ package gateway
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/pkg/callmeta"
@@ -243,4 +249,179 @@ func TestAutopilotHasNoDeadBand(t *testing.T) {
 	}
 	t.Fatalf("still engaged after 1,000 ticks with queue wait %v (between %v and %v) and no signature",
 		between.queueWait, ap.RampQueueWait, ap.ClientTimeout)
+}
+
+// slowVerifier answers every call after answerIn, reporting what a verifier
+// at its default -max-queue-wait reports when its queue stands: a queue wait
+// just under that bound, the rest of answerIn hashing, and workers workers.
+// With answerIn past the client timeout every answer comes after the typical
+// caller left. With overloadEvery it refuses every n-th call at once, as an
+// overloaded verifier does.
+type slowVerifier struct {
+	verifyv1.UnimplementedVerifyServiceServer
+	answerIn, queueWait time.Duration
+	workers             int
+	overloadEvery       int // every n-th call is refused as overloaded (0: none)
+	calls               atomic.Int64
+}
+
+func (s *slowVerifier) Verify(ctx context.Context, _ *verifyv1.VerifyRequest) (*verifyv1.VerifyResponse, error) {
+	if n := s.calls.Add(1); s.overloadEvery > 0 && n%int64(s.overloadEvery) == 0 {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(PushbackTrailer, "-1", verifier.WorkersTrailer, strconv.Itoa(s.workers)))
+		return nil, status.Error(codes.ResourceExhausted, "verifier overloaded: projected queue wait exceeds the maximum; do not retry")
+	}
+	select {
+	case <-time.After(s.answerIn):
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(
+		verifier.QueueWaitTrailer, strconv.FormatInt(s.queueWait.Microseconds(), 10),
+		verifier.ServiceTimeTrailer, strconv.FormatInt((s.answerIn-s.queueWait).Microseconds(), 10),
+		verifier.WorkersTrailer, strconv.Itoa(s.workers)))
+	return &verifyv1.VerifyResponse{Match: true}, nil
+}
+
+// The autopilot's signature is reachable with the verifiers' default flags.
+// A verifier refuses what would wait longer than -max-queue-wait (1 s by
+// default), so the queue wait it reports never reaches the 2 s client
+// timeout the autopilot used to require: it could not engage however late
+// every answer came. It engages now when most of the work the fleet does
+// ends after the typical caller gave up (answered late, or the caller's
+// deadline passing while it waited) while the queue stands and throughput
+// holds; and not when the answers come in time, even with the queue at its
+// bound and a third of the calls refused as overloaded (overload is the
+// limiter's business: a clamp under capacity would only lose goodput).
+func TestAutopilotEngagesUnderDefaultQueueBounds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives the autopilot's ticks for seconds")
+	}
+	maxWait := verifier.DefaultConfig().MaxQueueWait
+	for _, tc := range []struct {
+		name       string
+		answerIn   time.Duration
+		overload   int
+		patience   time.Duration // the callers' deadline
+		wantEngage bool
+	}{
+		{name: "answers after the client timeout", answerIn: 2500 * time.Millisecond, patience: 10 * time.Second, wantEngage: true},
+		{name: "callers' deadlines end while they wait", answerIn: 2500 * time.Millisecond, patience: 2 * time.Second, wantEngage: true},
+		{name: "answers in time, a third refused as overloaded", answerIn: 950 * time.Millisecond, overload: 3,
+			patience: 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := func() *slowVerifier {
+				return &slowVerifier{answerIn: tc.answerIn, queueWait: maxWait * 9 / 10, workers: 8, overloadEvery: tc.overload}
+			}
+			cfg := gatewayConfig(serveBackend(t, fake()), serveBackend(t, fake()))
+			cfg.Autopilot = DefaultConfig().Autopilot // its defaults: 2 s client timeout, 1 s ticks, 3 to engage
+			gw := startGateway(t, cfg)
+			gw.waitServing(t, 2)
+
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			stored := storedHash("pw", 64, 1)
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer cancel()
+			for i := range 24 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					// Staggered, so that answers arrive in every tick.
+					select {
+					case <-time.After(time.Duration(i) * 100 * time.Millisecond):
+					case <-ctx.Done():
+						return
+					}
+					for ctx.Err() == nil {
+						cctx, ccancel := context.WithTimeout(ctx, tc.patience)
+						_, err := gw.client.Verify(cctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")})
+						ccancel()
+						if err != nil {
+							time.Sleep(20 * time.Millisecond)
+						}
+					}
+				}()
+			}
+			watch := 12 * time.Second
+			end := time.Now().Add(watch)
+			engaged := false
+			for time.Now().Before(end) && !engaged {
+				engaged = gw.g.auto.engaged.Load() ||
+					gw.metric(t, "levee_gateway_autopilot_actions_total", map[string]string{"action": "engage"}) > 0
+				time.Sleep(10 * time.Millisecond)
+			}
+			if engaged != tc.wantEngage {
+				t.Errorf("engaged within %v: %v, want %v (answers in %v, reported queue wait %v under the verifiers' default -max-queue-wait %v)",
+					watch, engaged, tc.wantEngage, tc.answerIn, maxWait*9/10, maxWait)
+			}
+		})
+	}
+}
+
+// A verifier that refuses everything while its peers serve leaves rotation
+// even where the outlier ejector, judging each node against its peers'
+// median, cannot take it out: with two of three refusing, the median is
+// theirs, and nobody is an outlier. The autopilot, which sees that one
+// verifier answers and the others only refuse, ejects the refusing ones
+// (for the ejector's backoff, ending by time alone, so that a node that
+// recovered comes back), and the fleet fails under 10 % of the calls after
+// the first second (about 4 %: each time an ejection ends, the twenty
+// answers that judge each node again) instead of two in three; it does not
+// engage, since the fleet that remains is fine.
+func TestAutopilotEjectsVerifiersRefusingEverything(t *testing.T) {
+	good := startVerifier(t, nil)
+	bad1, addr1 := startRefusing(t)
+	bad2, addr2 := startRefusing(t)
+	cfg := gatewayConfig(good.addr, addr1, addr2)
+	cfg.Autopilot.Enabled = true
+	cfg.Autopilot.Tick = 250 * time.Millisecond
+	gw := startGateway(t, cfg)
+	gw.waitServing(t, 3)
+
+	var engaged atomic.Bool
+	stop := make(chan struct{})
+	var sampler sync.WaitGroup
+	sampler.Add(1)
+	go func() {
+		defer sampler.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+				if gw.g.auto.engaged.Load() {
+					engaged.Store(true)
+				}
+			}
+		}
+	}()
+	failed, sent := load(t, gw, 8*time.Second)
+	close(stop)
+	sampler.Wait()
+	t.Logf("failures per second %v of %v calls; the refusing verifiers saw %d and %d", failed, sent,
+		bad1.calls.Load(), bad2.calls.Load())
+	if failed[0] == 0 {
+		t.Fatalf("no call failed in the first second: the refusing verifiers were not in rotation, the test tests nothing")
+	}
+	var f, s int
+	for i := 1; i < len(failed); i++ {
+		f, s = f+failed[i], s+sent[i]
+	}
+	if float64(f) > 0.1*float64(s) {
+		t.Errorf("%d of %d calls failed after the first second, want under 10 %%", f, s)
+	}
+	gw.g.metrics.observeVerifiers(gw.g.backends.list())
+	for _, addr := range []string{addr1, addr2} {
+		if got := gw.metric(t, "levee_gateway_verifier_ejections", map[string]string{"verifier": addr}); got < 1 {
+			t.Errorf("ejections{%s} = %v, want ≥ 1", addr, got)
+		}
+	}
+	if got := gw.metric(t, "levee_gateway_verifier_ejections", map[string]string{"verifier": good.addr}); got != 0 {
+		t.Errorf("ejections{%s} = %v, want 0: the verifier that serves was ejected", good.addr, got)
+	}
+	if engaged.Load() {
+		t.Errorf("the autopilot engaged: a fleet that is fine once the refusing verifiers are out is not congested")
+	}
 }

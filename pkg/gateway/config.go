@@ -108,10 +108,11 @@ type Config struct {
 }
 
 // AutopilotConfig configures the recovery autopilot: when the fleet shows the
-// metastable signature — verifier queue wait above the typical client timeout
-// while throughput stays high and goodput collapses — it drops work whose
-// callers have given up, clamps admission to a fraction of measured capacity
-// and ramps back up while queue wait stays low.
+// metastable signature — most of the work the verifiers do ends after the
+// typical caller gave up, while the queue stands and throughput stays high —
+// it drops work whose callers have given up, clamps admission to a fraction
+// of measured capacity and ramps back up while queue wait stays low; and it
+// ejects a verifier that refuses everything while another serves.
 type AutopilotConfig struct {
 	// Enabled turns the autopilot on (runtime settings may override).
 	Enabled bool
@@ -123,8 +124,9 @@ type AutopilotConfig struct {
 	Tick time.Duration
 	// EngageAfter is how many consecutive ticks must show the signature.
 	EngageAfter int
-	// GoodputBelow is the goodput fraction (answers within ClientTimeout /
-	// answers) under which goodput counts as collapsed.
+	// GoodputBelow is the goodput fraction (calls answered within
+	// ClientTimeout / calls a verifier worked on; refusals count neither
+	// way) under which goodput counts as collapsed.
 	GoodputBelow float64
 	// ClampFraction is the admission clamp on engaging, as a fraction of
 	// the measured capacity in requests in flight.
@@ -132,7 +134,8 @@ type AutopilotConfig struct {
 	// RampFactor multiplies the clamp each tick that queue wait stays below
 	// RampQueueWait.
 	RampFactor float64
-	// RampQueueWait is the queue wait below which the clamp ramps up.
+	// RampQueueWait is the queue wait below which the clamp ramps up, and
+	// above which the queue stands (part of the signature).
 	RampQueueWait time.Duration
 	// StandDownAfter is how many consecutive ticks the clamp must not bind
 	// (demand below it, queue wait low) before the autopilot stands down.

@@ -658,7 +658,14 @@ func (g *Gateway) serve(ctx context.Context, f callmeta.Facts, hop hopFunc) erro
 
 	took := time.Since(arrived)
 	g.metrics.forwardLatency.Observe(took.Seconds())
-	g.auto.sawAnswer(took)
+	switch {
+	case res.answered:
+		g.auto.sawWork(took, ctx.Err() == nil)
+	case res.expired || ctx.Err() != nil:
+		// Forwarded, and its caller gave up or left meanwhile: work the
+		// fleet did, or held queued, for nobody.
+		g.auto.sawWork(took, false)
+	}
 	switch {
 	case res.err != nil:
 		g.metrics.failed[p][a].Inc()
@@ -699,6 +706,8 @@ func (g *Gateway) retryTarget(ctx context.Context, f callmeta.Facts, failed *bac
 // hopResult is what one hop tells the caller and the limiter.
 type hopResult struct {
 	err       error
+	answered  bool        // the verifier ran it and answered (OK, or the input was bad)
+	expired   bool        // unanswered: the forwarded deadline passed, or the call was cut, while it was out
 	retryable bool        // failure local to the node: another may answer
 	pushback  metadata.MD // the verifier's pushback trailer, passed back
 	sample    admission.Sample
@@ -727,7 +736,7 @@ func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f cal
 
 	if call.abandoned() {
 		// The autopilot cut it: the caller had given up.
-		return hopResult{err: errAbandoned, sample: admission.Sample{Outcome: admission.OutcomeIgnore}}
+		return hopResult{err: errAbandoned, expired: true, sample: admission.Sample{Outcome: admission.OutcomeIgnore}}
 	}
 	code := status.Code(err)
 	// The caller's input and the caller leaving say nothing of the node.
@@ -737,9 +746,11 @@ func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f cal
 	if !good {
 		g.judgeSoon(now)
 	}
-	res := hopResult{err: err, sample: admission.Sample{Outcome: admission.OutcomeIgnore}}
+	res := hopResult{err: err, sample: admission.Sample{Outcome: admission.OutcomeIgnore},
+		expired: err != nil && octx.Err() != nil}
 	switch code {
 	case codes.OK, codes.InvalidArgument:
+		res.answered = true
 		b.brk.Load().Record(true)
 		g.metrics.result(b, "ok")
 		wait, service := trailerMicros(trailer, verifier.QueueWaitTrailer), trailerMicros(trailer, verifier.ServiceTimeTrailer)

@@ -143,7 +143,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 		}),
 		autoActions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "levee_gateway_autopilot_actions_total",
-			Help: "Autopilot actions: engage, ramp, tighten, stand_down.",
+			Help: "Autopilot actions: engage, ramp, tighten, stand_down, eject.",
 		}, []string{"action"}),
 		autoFlushed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "levee_gateway_autopilot_flushed_total",
@@ -194,7 +194,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 	for _, src := range []string{"clients", "gateway"} {
 		m.retryRatio.WithLabelValues(src)
 	}
-	for _, act := range []string{"engage", "ramp", "tighten", "stand_down"} {
+	for _, act := range []string{"engage", "ramp", "tighten", "stand_down", "eject"} {
 		m.autoActions.WithLabelValues(act)
 	}
 	lim := func(name, help string, f func(admission.Snapshot) float64) prometheus.Collector {

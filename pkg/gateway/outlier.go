@@ -114,6 +114,7 @@ func (g *Gateway) judgeSoon(now time.Time) {
 		return
 	}
 	g.ejectOutliers(now)
+	g.auto.ejectRefusing(now)
 }
 
 const outlierJudgeEvery = 100 * time.Millisecond
@@ -175,17 +176,78 @@ func (g *Gateway) ejectOutliers(now time.Time) {
 		if ejected >= maxEjected {
 			continue
 		}
-		d := min(outlierBase<<min(e.streak, 8), outlierMax)
-		e.until.Store(now.Add(d).UnixNano())
-		e.streak++
-		e.count.Add(1)
+		d := ejectLocked(s.b, now)
 		ejected++
-		// The answers that judged it are spent: after the ejection it is
-		// judged on what it answers then.
-		s.b.answers.reset()
 		g.log.Warn("verifier ejected as an outlier", "verifier", s.b.addr, "bad_fraction", s.fraction,
 			"peers_median", median, "for", d)
 	}
+}
+
+// ejectLocked ejects b from now for outlierBase × 2^streak, at most
+// outlierMax, and returns for how long; outlierMu must be held.
+func ejectLocked(b *backend, now time.Time) time.Duration {
+	e := &b.eject
+	d := min(outlierBase<<min(e.streak, 8), outlierMax)
+	e.until.Store(now.Add(d).UnixNano())
+	e.streak++
+	e.count.Add(1)
+	// The answers that judged it are spent: after the ejection it is judged
+	// on what it answers then.
+	b.answers.reset()
+	return d
+}
+
+// refuseAllFraction is the share of bad answers at which a verifier refuses
+// everything: not all of them, so that one still letting a small share
+// through (a poisoned estimate admitting probes) counts.
+const refuseAllFraction = 0.95
+
+// ejectRefusing ejects, as ejectOutliers would but whatever the peers'
+// median and the cap on ejections, every verifier in rotation that refuses
+// everything while another serves, and returns their addresses. Refuses
+// everything: at least outlierMinAnswers answers over the outlier window, at
+// least refuseAllFraction of them bad. Serves: as many answers, fewer than
+// outlierBadFraction of them bad. The autopilot calls it each tick. Judged
+// against the peers, a verifier cannot be an outlier where half the fleet or
+// more refuses (the median is theirs), yet the verifier that serves shows
+// it is not the fleet's condition (overload, callers' deadlines too short
+// for any hash): the same callers get answers there. A fleet with no
+// verifier that serves ejects nobody, so this never empties the rotation.
+// What brings an ejected verifier back is time alone: the ejection ends
+// after its backoff, and it is judged again on its first answers. Like
+// ejectOutliers, a call that finds another judging returns.
+func (g *Gateway) ejectRefusing(now time.Time) []string {
+	if !g.outlierMu.TryLock() {
+		return nil
+	}
+	defer g.outlierMu.Unlock()
+	var refusing []*backend
+	serves := false
+	for _, b := range g.backends.list() {
+		if !b.eligible() || b.eject.ejected(now) {
+			continue
+		}
+		answers, bad := b.answers.totals(now)
+		if answers < outlierMinAnswers {
+			continue
+		}
+		switch f := float64(bad) / float64(answers); {
+		case f >= refuseAllFraction:
+			refusing = append(refusing, b)
+		case f < outlierBadFraction:
+			serves = true
+		}
+	}
+	if !serves {
+		return nil
+	}
+	addrs := make([]string, 0, len(refusing))
+	for _, b := range refusing {
+		d := ejectLocked(b, now)
+		addrs = append(addrs, b.addr)
+		g.log.Debug("verifier ejected: refusing everything while others serve", "verifier", b.addr, "for", d)
+	}
+	return addrs
 }
 
 func (c *answerCounts) reset() {

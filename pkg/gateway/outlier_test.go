@@ -135,20 +135,28 @@ func TestRefusingVerifierIsEjected(t *testing.T) {
 
 // A fleet-wide condition ejects nobody: with every verifier refusing (as
 // under overload, or callers whose deadlines no hash fits), neither is an
-// outlier against its peers.
+// outlier against its peers, and the autopilot, which ejects a verifier
+// refusing everything only while another serves, ejects neither either.
 func TestFleetWideRefusalsEjectNobody(t *testing.T) {
-	_, a := startRefusing(t)
-	_, b := startRefusing(t)
-	gw := startGateway(t, gatewayConfig(a, b))
-	gw.waitServing(t, 2)
-	_, sent := load(t, gw, 3*time.Second)
-	if sent[0] == 0 {
-		t.Fatal("no call sent")
-	}
-	gw.g.metrics.observeVerifiers(gw.g.backends.list())
-	for _, addr := range []string{a, b} {
-		if got := gw.metric(t, "levee_gateway_verifier_ejections", map[string]string{"verifier": addr}); got != 0 {
-			t.Errorf("%s ejected %v times after %d calls refused by every verifier, want 0", addr, got, sent)
-		}
+	for _, autopilot := range []bool{false, true} {
+		t.Run(map[bool]string{false: "autopilot off", true: "autopilot on"}[autopilot], func(t *testing.T) {
+			_, a := startRefusing(t)
+			_, b := startRefusing(t)
+			cfg := gatewayConfig(a, b)
+			cfg.Autopilot.Enabled = autopilot
+			cfg.Autopilot.Tick = 250 * time.Millisecond
+			gw := startGateway(t, cfg)
+			gw.waitServing(t, 2)
+			_, sent := load(t, gw, 3*time.Second)
+			if sent[0] == 0 {
+				t.Fatal("no call sent")
+			}
+			gw.g.metrics.observeVerifiers(gw.g.backends.list())
+			for _, addr := range []string{a, b} {
+				if got := gw.metric(t, "levee_gateway_verifier_ejections", map[string]string{"verifier": addr}); got != 0 {
+					t.Errorf("%s ejected %v times after %d calls refused by every verifier, want 0", addr, got, sent)
+				}
+			}
+		})
 	}
 }

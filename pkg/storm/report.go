@@ -59,6 +59,9 @@ func (rep *Report) write(dir string, cfg Config) error {
 			"`lab_cpu` in each run's CSV is the load generator's own CPU, in cores.")
 	}
 	fmt.Fprintf(&md, "\n\n")
+	if rep.Planned > len(rep.Results) {
+		fmt.Fprintf(&md, "**Interrupted: %d of the %d runs planned completed**; only those are reported.\n\n", len(rep.Results), rep.Planned)
+	}
 	if cfg.Mode == SimMode {
 		fmt.Fprintf(&md, "Simulated in virtual time, no fleet started: %s.\n\n", describeSim(cfg.Sim))
 	} else {

@@ -165,6 +165,9 @@ func (c Config) Validate() error {
 // Report is what Run found.
 type Report struct {
 	Results []*Result
+	// Planned is the number of runs the experiment asked for; fewer
+	// Results means it was interrupted.
+	Planned int
 	// Files are the paths written under Config.Out.
 	Files []string
 }
@@ -202,12 +205,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Source == Target {
 		fleets = []string{"target"}
 	}
-	rep := &Report{}
+	rep := &Report{Planned: len(exps) * len(fleets)}
 	for i, e := range exps {
 		for _, name := range fleets {
 			res, err := runOne(ctx, cfg, name, q, e)
 			if err != nil {
-				return rep, fmt.Errorf("storm: %s fleet, %s at %.2f C: %w", name, e.Trigger, e.Load, err)
+				err = fmt.Errorf("storm: %s fleet, %s at %.2f C: %w", name, e.Trigger, e.Load, err)
+				// Interrupted (Ctrl-C, a deadline): hours of a grid are not
+				// thrown away; the report holds the runs that completed.
+				if ctx.Err() != nil && cfg.Out != "" && len(rep.Results) > 0 {
+					err = errors.Join(err, rep.write(cfg.Out, cfg))
+				}
+				return rep, err
 			}
 			rep.Results = append(rep.Results, res)
 			if cfg.Progress != nil {

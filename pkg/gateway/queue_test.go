@@ -134,3 +134,42 @@ func TestWorkerCountExpires(t *testing.T) {
 		t.Fatalf("workers %d a TTL after the last answer, want 0 (forgotten)", got)
 	}
 }
+
+// A verifier whose recent service times were all inflated (every hash in
+// the window spanned a pause) is left a queue of one call per worker, not
+// none: the calls it still gets answer at their true speed, and the median,
+// so its queue, is back after one window of answers. Nothing but traffic
+// can lower the median, so the floor is what keeps it from sticking.
+func TestPoisonedServiceTimeRecoversUnderTraffic(t *testing.T) {
+	v := startVerifier(t, nil)
+	cfg := gatewayConfig(v.addr)
+	cfg.VerifierQueueDelay = 500 * time.Millisecond
+	gw := startGateway(t, cfg)
+	gw.waitServing(t, 1)
+	stored := storedHash("pw", 64, 1)
+	gw.learnService(t, stored)
+	b := gw.g.backends.list()[0]
+	healthy := b.queue.Load()
+	if healthy < 10 {
+		t.Fatalf("queue %d with %v of service time, want ≥ 10 (500ms of it)", healthy, b.service.median())
+	}
+	for range serviceSamples {
+		b.service.observe(10 * time.Second)
+	}
+	gw.g.fitQueues()
+	gw.g.fitCeiling()
+	if got, want := b.queue.Load(), max(b.workers.Load(), 1); got != want {
+		t.Fatalf("queue %d with a 10 s median, want the floor of one per worker (%d)", got, want)
+	}
+	for i := range serviceSamples {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")})
+		cancel()
+		if err != nil {
+			t.Fatalf("call %d with the median poisoned: %v", i, err)
+		}
+	}
+	if got := b.queue.Load(); got < healthy/2 {
+		t.Errorf("queue %d after %d answers at the true speed (median %v), want about %d again", got, serviceSamples, b.service.median(), healthy)
+	}
+}

@@ -31,10 +31,8 @@ rm -rf "$out/grid-stop/runs"
 storm -ramp -out "$out/ramp"
 "$work/bin/levee" storm -sim -out "$out/sim"
 if docker image inspect levee/levee:dev >/dev/null 2>&1; then
-  storm -fleet compose -trigger stop -duration 20s -load 0.5 -out "$out/compose-pause"
-  . scripts/docker-lib.sh
-  compose -f docker-compose.yml -f deploy/storm/docker-compose.storm.yml stop >/dev/null 2>&1 || true
+  OUT="$out/compose-pause" scripts/compose-pause.sh
 else
-  echo "lab: no levee/levee:dev image: compose-pause skipped (scripts/docker-up.sh builds it)" >&2
+  echo "lab: no levee/levee:dev image: compose-pause skipped (scripts/docker-up.sh builds it, or run scripts/compose-pause.sh)" >&2
 fi
 echo "lab: report in $out/" >&2

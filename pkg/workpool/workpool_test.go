@@ -73,7 +73,7 @@ func block(t *testing.T, p *Pool) *blocker {
 	b := &blocker{release: make(chan struct{}), done: make(chan error, 1)}
 	before := p.Stats().Busy
 	go func() {
-		_, err := p.Submit(context.Background(), time.Millisecond, 0, func() { <-b.release })
+		_, err := p.Submit(bounded(t), time.Millisecond, 0, func() { <-b.release })
 		b.done <- err
 	}()
 	waitFor(t, "blocker to run", func() bool { return p.Stats().Busy == before+1 })
@@ -265,7 +265,7 @@ func TestRefusedAtArrival(t *testing.T) {
 		})
 	}
 	r.submit(t, p, context.Background(), 3, time.Second) // projected wait now 3s
-	if _, err := p.Submit(context.Background(), time.Second, 0, func() { ran = true }); !errors.Is(err, ErrQueueFull) {
+	if _, err := p.Submit(bounded(t), time.Second, 0, func() { ran = true }); !errors.Is(err, ErrQueueFull) {
 		t.Errorf("full queue: err = %v, want ErrQueueFull", err)
 	}
 	// Make room in the queue: the wait projection alone must still refuse.
@@ -284,7 +284,7 @@ func TestRefusedAtArrival(t *testing.T) {
 	b = block(t, p)
 	r.submit(t, p, context.Background(), 1, 2*time.Second)
 	r.submit(t, p, context.Background(), 2, time.Second) // projected 3s > 2.5s
-	if _, err := p.Submit(context.Background(), time.Millisecond, 0, func() { ran = true }); !errors.Is(err, ErrWaitTooLong) {
+	if _, err := p.Submit(bounded(t), time.Millisecond, 0, func() { ran = true }); !errors.Is(err, ErrWaitTooLong) {
 		t.Errorf("long projected wait: err = %v, want ErrWaitTooLong", err)
 	}
 	b.Release(t)
@@ -302,9 +302,9 @@ func TestDrain(t *testing.T) {
 	b := block(t, p)
 	r.submit(t, p, context.Background(), 1, time.Millisecond)
 	drained := make(chan error, 1)
-	go func() { drained <- p.Drain(context.Background()) }()
+	go func() { drained <- p.Drain(bounded(t)) }()
 	waitFor(t, "drain to start", func() bool { return p.Stats().Draining })
-	if _, err := p.Submit(context.Background(), time.Millisecond, 0, func() {}); !errors.Is(err, ErrDraining) {
+	if _, err := p.Submit(bounded(t), time.Millisecond, 0, func() {}); !errors.Is(err, ErrDraining) {
 		t.Errorf("Submit while draining: %v, want ErrDraining", err)
 	}
 	select {
@@ -380,7 +380,7 @@ func TestCloseFailsQueuedJobs(t *testing.T) {
 	if len(order) != 0 || !errors.Is(errs[1], ErrClosed) {
 		t.Errorf("after Close: ran %v, err %v; want nothing ran and ErrClosed", order, errs[1])
 	}
-	if _, err := p.Submit(context.Background(), time.Millisecond, 0, func() {}); !errors.Is(err, ErrRefused) {
+	if _, err := p.Submit(bounded(t), time.Millisecond, 0, func() {}); !errors.Is(err, ErrRefused) {
 		t.Errorf("Submit after Close: %v, want a refusal", err)
 	}
 }

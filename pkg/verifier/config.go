@@ -45,7 +45,8 @@ type Config struct {
 	// whatever deadline the caller brought.
 	MaxQueueWait time.Duration
 	// LIFOAfter switches the queue to newest-first once its oldest request
-	// has waited this long (back to oldest-first when it drains).
+	// has waited this long while more than LIFOAfter/4 of work is queued
+	// (back to oldest-first once no more than that is).
 	LIFOAfter time.Duration
 	// DrainTimeout bounds a graceful drain; whatever is left after it is
 	// cancelled.

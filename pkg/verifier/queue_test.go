@@ -14,21 +14,25 @@ import (
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 )
 
-// Once the oldest queued request has waited past LIFOAfter, the newest are
-// hashed first, and that holds until the queue drains; then oldest first
-// again. The assertions are on order only: waiting out LIFOAfter is the
-// precondition, not what is measured.
+// Once the oldest queued request has waited past LIFOAfter while the queue
+// stands (more than LIFOAfter/4 of work in it), the newest are hashed
+// first, and that holds while it stands; then oldest first again. The
+// assertions are on order only: waiting out LIFOAfter is the precondition,
+// not what is measured.
 func TestAdaptiveLIFOOverGRPC(t *testing.T) {
 	cfg := testConfig()
 	cfg.LIFOAfter = 200 * time.Millisecond
 	h := start(t, cfg)
 
-	// A backlog whose oldest entry waits past LIFOAfter: newest first.
+	// A backlog whose oldest entry waits past LIFOAfter, of five verifications
+	// expected to cost 30 ms each (150 ms, so that four of them still stand
+	// above LIFOAfter/4): newest first.
+	stored := h.costlyHash(30 * time.Millisecond)
 	release, wait := h.occupy("hold")
 	var waits []func() error
 	var oldestQueued time.Time
 	for i := range 5 {
-		waits = append(waits, h.goHash(context.Background(), fmt.Sprintf("backlog-%d", i)))
+		waits = append(waits, h.goVerify(context.Background(), fmt.Sprintf("backlog-%d", i), stored))
 		h.waitQueued(i + 1) // one at a time, so that the queue order is known
 		if i == 0 {
 			oldestQueued = time.Now()

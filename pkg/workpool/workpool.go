@@ -20,8 +20,12 @@
 //     that fits the memory left) is dropped without running.
 //   - A job whose context is cancelled while queued is removed and never runs.
 //   - Adaptive LIFO: jobs are served oldest first while the queue is short;
-//     once the oldest queued job has waited longer than LIFOAfter, newest first
-//     (its callers are the ones still waiting), until the queue drains.
+//     once the oldest queued job has waited longer than LIFOAfter and the
+//     queue stands (its projected wait is above a quarter of LIFOAfter),
+//     newest first (its callers are the ones still waiting), until the
+//     projected wait falls to that quarter or the queue drains. A burst that
+//     aged the queue but left little work in it is served oldest first, so
+//     its oldest jobs are not starved to their deadlines behind newer ones.
 //   - Bounded skip-ahead for memory: when the next job in service order does
 //     not fit the memory left, a free worker may start a later job that does
 //     fit (a cheap bcrypt check behind a large Argon2 one), but each waiting
@@ -89,7 +93,8 @@ type Config struct {
 	// MaxQueueWait refuses arrivals whose projected queue wait exceeds it.
 	MaxQueueWait time.Duration
 	// LIFOAfter switches the queue to newest-first once the oldest queued job
-	// has waited this long; it returns to oldest-first when the queue drains.
+	// has waited this long while the projected wait is above LIFOAfter/4; it
+	// returns to oldest-first when the projected wait falls to LIFOAfter/4.
 	LIFOAfter time.Duration
 	// MemoryBudget bounds the summed memory (Submit's mem, in bytes) of the
 	// running jobs; zero means no bound beyond Workers.
@@ -361,8 +366,8 @@ func (p *Pool) removeLocked(j *job) {
 }
 
 // pickLocked takes the next job to run, or returns nil when none may start
-// now. Service order is oldest first, or newest first once the oldest has
-// waited past LIFOAfter. Walking that order, it drops (ErrExpired) every job
+// now. Service order is oldest first, or newest first while the queue
+// stands (see updateLIFOLocked). Walking that order, it drops (ErrExpired) every job
 // whose deadline can no longer be met, and takes the first job that fits the
 // memory left, unless a job before it that does not fit has already been
 // passed over Workers times: then nothing starts until that one fits.
@@ -370,9 +375,7 @@ func (p *Pool) pickLocked(now time.Time) *job {
 	if p.head == nil {
 		return nil
 	}
-	if !p.lifo && !p.cfg.Unguarded && now.Sub(p.head.enqueued) > p.cfg.LIFOAfter {
-		p.lifo = true
-	}
+	p.updateLIFOLocked(now)
 	var blocked *job // the first job passed over for memory
 	for j := p.firstLocked(); j != nil; {
 		next := p.afterLocked(j)
@@ -401,6 +404,26 @@ func (p *Pool) pickLocked(now time.Time) *job {
 		j = next
 	}
 	return nil
+}
+
+// updateLIFOLocked switches the service order. Newest first once the
+// oldest job has waited past LIFOAfter and the queue still holds more than
+// a quarter of LIFOAfter of work; oldest first again once it holds no more
+// than that. Age alone is not a standing queue: a stall or a burst can age
+// a queue that then drains in a few service times, and serving it newest
+// first would leave its oldest jobs waiting on every arrival behind them
+// until their deadlines passed, for nothing.
+func (p *Pool) updateLIFOLocked(now time.Time) {
+	if p.cfg.Unguarded || p.head == nil {
+		return
+	}
+	stands := p.projectedWaitLocked() > p.cfg.LIFOAfter/4
+	switch {
+	case p.lifo && !stands:
+		p.lifo = false
+	case !p.lifo && stands && now.Sub(p.head.enqueued) > p.cfg.LIFOAfter:
+		p.lifo = true
+	}
 }
 
 func (p *Pool) firstLocked() *job {

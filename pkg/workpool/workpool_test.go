@@ -143,15 +143,17 @@ func TestAdaptiveLIFO(t *testing.T) {
 		t.Errorf("short waits: ran %v, want FIFO [1 2 3 4]", order)
 	}
 
-	// The oldest queued job has waited past LIFOAfter: newest first, and the
-	// pool stays newest-first until the queue is empty.
+	// The oldest queued job has waited past LIFOAfter and the queue stands
+	// (150 ms of work, LIFOAfter 100 ms): newest first, and the pool stays
+	// newest-first while more than LIFOAfter/4 of work is queued, here to
+	// the end.
 	b = block(t, p)
 	for id := 1; id <= 3; id++ {
-		r.submit(t, p, context.Background(), id, time.Millisecond)
+		r.submit(t, p, context.Background(), id, 30*time.Millisecond)
 	}
 	clk.Advance(time.Second)
 	for id := 4; id <= 5; id++ {
-		r.submit(t, p, context.Background(), id, time.Millisecond)
+		r.submit(t, p, context.Background(), id, 30*time.Millisecond)
 	}
 	b.Release(t)
 	if order, _ := r.wait(); !cmp.Equal(order, []int{5, 4, 3, 2, 1}) {
@@ -169,6 +171,33 @@ func TestAdaptiveLIFO(t *testing.T) {
 	b.Release(t)
 	if order, _ := r.wait(); !cmp.Equal(order, []int{1, 2, 3}) {
 		t.Errorf("after draining: ran %v, want FIFO [1 2 3]", order)
+	}
+
+	// Aged but short: the oldest job waited past LIFOAfter (a stall, a
+	// burst), yet the whole queue is 3 ms of work. Oldest first: serving it
+	// newest first would starve the old jobs for nothing.
+	b = block(t, p)
+	for id := 1; id <= 3; id++ {
+		r.submit(t, p, context.Background(), id, time.Millisecond)
+	}
+	clk.Advance(time.Second)
+	b.Release(t)
+	if order, _ := r.wait(); !cmp.Equal(order, []int{1, 2, 3}) {
+		t.Errorf("aged short queue: ran %v, want FIFO [1 2 3]", order)
+	}
+
+	// Newest first ends when the standing work is gone, not when the queue
+	// is empty: once job 4 (200 ms) has run, 3 ms of work is left, and the
+	// old jobs are served oldest first.
+	b = block(t, p)
+	for id := 1; id <= 3; id++ {
+		r.submit(t, p, context.Background(), id, time.Millisecond)
+	}
+	clk.Advance(time.Second)
+	r.submit(t, p, context.Background(), 4, 200*time.Millisecond)
+	b.Release(t)
+	if order, _ := r.wait(); !cmp.Equal(order, []int{4, 1, 2, 3}) {
+		t.Errorf("standing queue that drained below LIFOAfter/4: ran %v, want [4 1 2 3]", order)
 	}
 }
 

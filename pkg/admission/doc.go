@@ -62,6 +62,15 @@
 //     approaches the target, so the limit settles near the point where the
 //     wait meets the target instead of overshooting it by √adaptive and then
 //     being cut below it.
+//   - Slow start: until the first window whose observed wait is above half
+//     the target (a queue has formed), the step is the whole adaptive limit:
+//     it doubles in each window of demand, from 8 to 1,000 in 7 windows. A
+//     fresh limiter knows nothing of the fleet, and with √ steps a new
+//     gateway at 0.9 C took seconds of Poisson bursts to grow past them,
+//     refusing the bursts meanwhile (the seed's naive clients, whose three
+//     attempts follow each other at once, lost 0.5 % of their requests).
+//     Once a queue has formed the limit is near what the fleet takes, and
+//     doubling from there would overshoot it (TestConvergence).
 //   - otherwise the limit stays.
 //
 // Demand means the limit was actually limiting in the window: in flight

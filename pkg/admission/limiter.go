@@ -180,6 +180,9 @@ type Limiter struct {
 	emergency int // 0: none
 	shares    [numRanks]float64
 	lastWait  time.Duration // the last evaluated window's observed queue wait
+	// grown: a window has seen a queue form (observed above half the
+	// target); until then the limit grows by doubling (slow start).
+	grown bool
 }
 
 // New returns a Limiter configured by cfg, or cfg.Validate's error.
@@ -343,6 +346,9 @@ func (l *Limiter) endWindow(now time.Duration) {
 		observed = max(observed, 2*l.target)
 	}
 	l.lastWait = observed
+	if observed > l.target/2 {
+		l.grown = true
+	}
 
 	// The adaptive limit may stand above the ceiling (it was learnt before
 	// the ceiling fell, say while verifiers were missing): it then grows no
@@ -356,6 +362,9 @@ func (l *Limiter) endWindow(now time.Duration) {
 		l.adaptive = max(min(l.adaptive, ceiling)*factor, l.minLimit)
 	case demand && l.adaptive < ceiling:
 		step := math.Sqrt(l.adaptive) * (1 - float64(observed)/float64(l.target))
+		if !l.grown {
+			step = l.adaptive
+		}
 		l.adaptive = min(l.adaptive+max(1, step), ceiling)
 	}
 	l.publish()

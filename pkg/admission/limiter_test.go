@@ -113,10 +113,10 @@ func TestGrowsUnderDemandUpToCeiling(t *testing.T) {
 	for range 30 {
 		got = append(got, saturatedWindow(l, clk, ok0))
 	}
-	// The first window ends at the first release after 250 ms: the step is
-	// √8 with empty queues.
-	if got[0] != 10 {
-		t.Errorf("adaptive after one window of demand and empty queues = %d, want 10 (8 + √8)", got[0])
+	// The first window ends at the first release after 250 ms: before any
+	// queue has formed the limit doubles (slow start).
+	if got[0] != 16 || got[1] != 32 {
+		t.Errorf("adaptive after windows of demand and empty queues = %v, want 16, 32 (slow start doubles)", got[:2])
 	}
 	for i := 1; i < len(got); i++ {
 		if got[i] < got[i-1] || got[i] > cfg.Ceiling {
@@ -134,13 +134,18 @@ func TestGrowthSlowsNearTarget(t *testing.T) {
 	cfg := testConfig(clk)
 	cfg.InitialLimit = 100
 	l := newLimiter(t, cfg)
-	// Queue wait at 90% of the target: the step is √100 × 0.1 = 1.
+	// Queue wait at 90% of the target (a queue has formed: slow start is
+	// over): the step is √100 × 0.1 = 1.
 	if got := saturatedWindow(l, clk, okWait(45*time.Millisecond)); got != 101 {
 		t.Errorf("adaptive after a window at 90%% of the target = %d, want 101", got)
 	}
 	// At half the target: √101 × 0.5 ≈ 5.02.
 	if got := saturatedWindow(l, clk, okWait(25*time.Millisecond)); got != 106 {
 		t.Errorf("adaptive after a window at 50%% of the target = %d, want 106", got)
+	}
+	// Empty queues again: √106 ≈ 10.3, not a doubling.
+	if got := saturatedWindow(l, clk, ok0); got != 116 {
+		t.Errorf("adaptive after an empty window once a queue had formed = %d, want 116 (106 + √106)", got)
 	}
 }
 

@@ -3,6 +3,8 @@ package storm
 import (
 	"context"
 	"fmt"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,7 +20,8 @@ import (
 // CapacityConfig says how the lab measures a fleet's capacity C, the
 // goodput at saturation that loads are fractions of.
 type CapacityConfig struct {
-	// Fixed, when positive, is C itself: nothing is measured.
+	// Fixed, when positive, is C itself: C is not measured (the unloaded
+	// calls still are).
 	Fixed float64
 	// Callers closed-loop callers keep the fleet saturated for Measure,
 	// after Warmup; each sends one attempt at a time with Deadline, and
@@ -27,40 +30,103 @@ type CapacityConfig struct {
 	Callers         int
 	Warmup, Measure time.Duration
 	Deadline, Pause time.Duration
+	// Unloaded calls are sent one at a time before the capacity is
+	// measured (after a tenth as many not timed): the fleet's latency with
+	// nothing else to do, which healthy-load latency is judged against.
+	Unloaded int
 }
 
-// DefaultCapacity: 16 callers, 1 s of warm-up, 5 s measured, 5 s deadlines,
-// 2 ms after a refusal.
+// DefaultCapacity: 200 unloaded calls; 16 callers, 1 s of warm-up, 5 s
+// measured, 5 s deadlines, 2 ms after a refusal.
 func DefaultCapacity() CapacityConfig {
-	return CapacityConfig{Callers: 16, Warmup: time.Second, Measure: 5 * time.Second, Deadline: 5 * time.Second, Pause: 2 * time.Millisecond}
+	return CapacityConfig{Callers: 16, Warmup: time.Second, Measure: 5 * time.Second, Deadline: 5 * time.Second,
+		Pause: 2 * time.Millisecond, Unloaded: 200}
+}
+
+// Capacity is what the lab measured of a fleet before loading it.
+type Capacity struct {
+	// PerSecond is C: successful verifications a second at saturation
+	// (CapacityConfig.Fixed when that was given).
+	PerSecond float64
+	// UnloadedP50 and UnloadedP99 are of the unloaded calls, each sent
+	// alone: UnloadedP50 is one service time as a caller sees it (the hash
+	// and one hop). Zero when none were sent.
+	UnloadedP50, UnloadedP99 time.Duration
+}
+
+// HealthyP99Bound is the healthy-load latency the lab holds a fleet to:
+// the unloaded p99 plus three service times (three unloaded medians), about
+// the p99 queueing delay of a first-come-first-served M/D/2 at 0.7 of
+// capacity (3.1 service times). Zero when nothing was measured unloaded.
+func (c Capacity) HealthyP99Bound() time.Duration {
+	if c.UnloadedP99 <= 0 {
+		return 0
+	}
+	return c.UnloadedP99 + 3*c.UnloadedP50
 }
 
 // Validate reports every invalid field.
 func (c CapacityConfig) Validate() error {
 	if c.Fixed > 0 {
+		if c.Deadline <= 0 || c.Unloaded < 0 || c.Unloaded > 100_000 {
+			return fmt.Errorf("storm: capacity: want deadline > 0, 0–100000 unloaded calls; got %v, %d", c.Deadline, c.Unloaded)
+		}
 		return nil
 	}
-	if c.Callers < 1 || c.Callers > 4096 || c.Warmup < 0 || c.Measure < time.Second || c.Deadline <= 0 || c.Pause < 0 {
-		return fmt.Errorf("storm: capacity: want 1–4096 callers, warm-up ≥ 0, measure ≥ 1s, deadline > 0, pause ≥ 0; got %d, %v, %v, %v, %v",
-			c.Callers, c.Warmup, c.Measure, c.Deadline, c.Pause)
+	if c.Callers < 1 || c.Callers > 4096 || c.Warmup < 0 || c.Measure < time.Second || c.Deadline <= 0 || c.Pause < 0 ||
+		c.Unloaded < 0 || c.Unloaded > 100_000 {
+		return fmt.Errorf("storm: capacity: want 1–4096 callers, warm-up ≥ 0, measure ≥ 1s, deadline > 0, pause ≥ 0, "+
+			"0–100000 unloaded calls; got %d, %v, %v, %v, %v, %d", c.Callers, c.Warmup, c.Measure, c.Deadline, c.Pause, c.Unloaded)
 	}
 	return nil
+}
+
+// measureUnloaded sends n calls one at a time, after n/10 untimed ones
+// (fresh processes fault their pages in on the first hashes), and returns
+// the median and p99 of their latency. Every call must succeed: a fleet
+// that refuses a lone caller is not ready to be measured.
+func measureUnloaded(ctx context.Context, rpc verifyv1.VerifyServiceClient, q request, n int, deadline time.Duration) (p50, p99 time.Duration, err error) {
+	if n <= 0 {
+		return 0, 0, nil
+	}
+	took := make([]time.Duration, 0, n)
+	for i := range n + n/10 {
+		actx, cancel := context.WithTimeout(ctx, deadline)
+		began := time.Now()
+		_, err := rpc.Verify(actx, q.verify())
+		d := time.Since(began)
+		cancel()
+		if err != nil {
+			return 0, 0, fmt.Errorf("storm: unloaded call %d of %d: %w", i+1, n+n/10, err)
+		}
+		if i >= n/10 {
+			took = append(took, d)
+		}
+	}
+	slices.Sort(took)
+	at := func(q float64) time.Duration { return took[min(len(took)-1, int(math.Ceil(q*float64(len(took))))-1)] }
+	return at(0.5), at(0.99), nil
 }
 
 // measureCapacity saturates the fleet at target with closed-loop callers
 // and returns its goodput in successful verifications per second: C. A
 // closed loop is right here, and only here: it measures what the fleet can
 // do when it always has work, which an open loop at an unknown rate cannot.
-func measureCapacity(parent context.Context, target string, q request, c CapacityConfig) (float64, error) {
-	if c.Fixed > 0 {
-		return c.Fixed, nil
-	}
+func measureCapacity(parent context.Context, target string, q request, c CapacityConfig) (Capacity, error) {
 	cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDisableRetry())
 	if err != nil {
-		return 0, fmt.Errorf("storm: capacity: %w", err)
+		return Capacity{}, fmt.Errorf("storm: capacity: %w", err)
 	}
 	defer cc.Close()
 	rpc := verifyv1.NewVerifyServiceClient(cc)
+	var res Capacity
+	if res.UnloadedP50, res.UnloadedP99, err = measureUnloaded(parent, rpc, q, c.Unloaded, c.Deadline); err != nil {
+		return Capacity{}, err
+	}
+	if c.Fixed > 0 {
+		res.PerSecond = c.Fixed
+		return res, nil
+	}
 
 	var counting atomic.Bool
 	var ok, failed atomic.Int64
@@ -116,11 +182,12 @@ func measureCapacity(parent context.Context, target string, q request, c Capacit
 	cancel()
 	wg.Wait()
 	if err := parent.Err(); err != nil {
-		return 0, err
+		return Capacity{}, err
 	}
 	if ok.Load() == 0 {
 		e, _ := firstErr.Load().(error)
-		return 0, fmt.Errorf("storm: capacity: no verification succeeded in %v (%d failed; first: %v)", took.Round(time.Millisecond), failed.Load(), e)
+		return Capacity{}, fmt.Errorf("storm: capacity: no verification succeeded in %v (%d failed; first: %v)", took.Round(time.Millisecond), failed.Load(), e)
 	}
-	return float64(ok.Load()) / took.Seconds(), nil
+	res.PerSecond = float64(ok.Load()) / took.Seconds()
+	return res, nil
 }

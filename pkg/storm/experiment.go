@@ -98,9 +98,9 @@ func (e Experiment) rate(capacity float64) func(time.Duration) float64 {
 type Result struct {
 	Fleet      string
 	Experiment Experiment
-	// Capacity is the fleet's measured capacity C, logical requests per
-	// second, that Load is a fraction of.
-	Capacity float64
+	// Capacity is what was measured before the load: C, logical requests
+	// per second, that Load is a fraction of, and the unloaded latency.
+	Capacity Capacity
 	Series   *Series
 	Verdict  Verdict
 	// Spans are the judged windows in seconds since the start.
@@ -126,7 +126,7 @@ func newRequest(params verify.Params) (request, error) {
 // runExperiment runs e against f at capacity (C, logical requests per
 // second) with the clients, and judges it. The trigger is undone before it
 // returns, whatever happened.
-func runExperiment(ctx context.Context, f *Fleet, clients Clients, q request, capacity float64, e Experiment, log *slog.Logger) (*Result, error) {
+func runExperiment(ctx context.Context, f *Fleet, clients Clients, q request, capacity Capacity, e Experiment, log *slog.Logger) (*Result, error) {
 	if err := e.Validate(); err != nil {
 		return nil, err
 	}
@@ -227,7 +227,7 @@ func runExperiment(ctx context.Context, f *Fleet, clients Clients, q request, ca
 		time.Sleep(wait)
 	}
 	rng := mrand.New(mrand.NewPCG(e.Seed, 0x73746f726d))
-	pop.drive(rctx, rng, e.rate(capacity), total)
+	pop.drive(rctx, rng, e.rate(capacity.PerSecond), total)
 	close(scrapeDone)
 	cancel()
 	wg.Wait()

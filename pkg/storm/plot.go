@@ -96,7 +96,7 @@ func maxOf(xss ...[]float64) float64 {
 // per second, the trigger shaded.
 func plotRun(r *Result, path string) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s fleet: %s at %.2f C (C = %.0f/s)", r.Fleet, r.Experiment.Trigger, r.Experiment.Load, r.Capacity)
+	p.Title.Text = fmt.Sprintf("%s fleet: %s at %.2f C (C = %.0f/s)", r.Fleet, r.Experiment.Trigger, r.Experiment.Load, r.Capacity.PerSecond)
 	p.X.Label.Text = "seconds"
 	p.Y.Label.Text = "per second"
 	offered, attempts, goodput := r.Series.Offered(), r.Series.Attempts(), r.Series.Goodput()
@@ -178,7 +178,7 @@ func goodputLine(r *Result, name string, c color.Color, dashed bool) (line, bool
 func plotCompare(rs []*Result, title, path string) error {
 	var ls []line
 	for _, r := range rs {
-		if l, ok := goodputLine(r, fmt.Sprintf("%s (C = %.0f/s)", r.Fleet, r.Capacity), fleetColor(r.Fleet), false); ok {
+		if l, ok := goodputLine(r, fmt.Sprintf("%s (C = %.0f/s)", r.Fleet, r.Capacity.PerSecond), fleetColor(r.Fleet), false); ok {
 			ls = append(ls, l)
 		}
 	}

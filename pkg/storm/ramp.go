@@ -81,7 +81,7 @@ type Hysteresis struct {
 
 // hysteresis bins the ramp's seconds by offered load.
 func hysteresis(r *Result, ramp Ramp) (Hysteresis, error) {
-	if r.Capacity <= 0 {
+	if r.Capacity.PerSecond <= 0 {
 		return Hysteresis{}, errors.New("storm: ramp without a capacity")
 	}
 	offered, goodput := r.Series.Offered(), r.Series.Goodput()
@@ -96,7 +96,7 @@ func hysteresis(r *Result, ramp Ramp) (Hysteresis, error) {
 		// Poisson count, which scatters a bin's seconds into its neighbours.
 		load := ramp.profile(time.Duration(i)*time.Second + 500*time.Millisecond)
 		b := min(max(int((math.Log10(load)-lo)*perDecade), 0), n-1)
-		g := goodput[i] / r.Capacity
+		g := goodput[i] / r.Capacity.PerSecond
 		if i < peak {
 			upSum[b] += g
 			upN[b]++

@@ -140,17 +140,18 @@ func describeClients(c Clients) string {
 }
 
 func writeTable(md *strings.Builder, rs []*Result) {
-	fmt.Fprintf(md, "| fleet | trigger | load | C | baseline | during | after | verdict | wasted | retries/first | p50 / p99 |\n")
-	fmt.Fprintf(md, "|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(md, "| fleet | trigger | load | C | baseline | during | after | verdict | wasted | retries/first | p50 / p99 | unloaded p50 / p99 |\n")
+	fmt.Fprintf(md, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		v := r.Verdict
-		verdict := "**stuck**"
-		if v.Recovered {
-			verdict = "recovered in " + v.Recovery.String()
+		verdict := v.String()
+		if v.Stuck {
+			verdict = "**stuck**"
 		}
-		fmt.Fprintf(md, "| %s | %s | %.2f C | %.0f/s | %.0f/s (%.1f %% ok) | %.0f/s | %.0f/s (%.0f %% of baseline) | %s | %s | %.2f | %v / %v |\n",
-			r.Fleet, r.Experiment.Trigger, r.Experiment.Load, r.Capacity, v.Baseline, 100*v.BaselineRatio, v.During,
-			v.After, 100*v.AfterFraction, verdict, fmtCount(v.Wasted), v.RetryRatio, v.LatencyP50.Round(100*time.Microsecond), v.LatencyP99.Round(100*time.Microsecond))
+		fmt.Fprintf(md, "| %s | %s | %.2f C | %.0f/s | %.0f/s (%.1f %% ok) | %.0f/s | %.0f/s (%.0f %% of baseline) | %s | %s | %.2f | %v / %v | %v / %v |\n",
+			r.Fleet, r.Experiment.Trigger, r.Experiment.Load, r.Capacity.PerSecond, v.Baseline, 100*v.BaselineRatio, v.During,
+			v.After, 100*v.AfterFraction, verdict, fmtCount(v.Wasted), v.RetryRatio, v.LatencyP50.Round(100*time.Microsecond), v.LatencyP99.Round(100*time.Microsecond),
+			r.Capacity.UnloadedP50.Round(100*time.Microsecond), r.Capacity.UnloadedP99.Round(100*time.Microsecond))
 	}
 }
 
@@ -292,7 +293,7 @@ func (rep *Report) writeSim(md *strings.Builder, dir string, c SimConfig) error 
 		att := r.Series.Attempts()
 		early := mean(att, r.Trig.to+10, r.Trig.to+40)
 		late := mean(att, r.Obs.to-int(r.Experiment.AfterWindow/time.Second), r.Obs.to)
-		fmt.Fprintf(md, "| %s | %.0f | %.2f | %.0f | %.2f |\n", r.Fleet, early, early/r.Capacity, late, late/r.Capacity)
+		fmt.Fprintf(md, "| %s | %.0f | %.2f | %.0f | %.2f |\n", r.Fleet, early, early/r.Capacity.PerSecond, late, late/r.Capacity.PerSecond)
 	}
 	return nil
 }

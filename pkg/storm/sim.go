@@ -168,7 +168,7 @@ func Simulate(c SimConfig) (*Result, error) {
 	base := window{int(c.Warmup / time.Second), int((c.Warmup + c.Baseline) / time.Second)}
 	trig := window{base.to, base.to + int(math.Ceil(c.TriggerDuration.Seconds()))}
 	obs := window{trig.to, int(math.Ceil(c.total().Seconds()))}
-	r := &Result{Fleet: c.Name(), Experiment: e, Capacity: c.Capacity(), Series: s.series, Base: base, Trig: trig, Obs: obs}
+	r := &Result{Fleet: c.Name(), Experiment: e, Capacity: Capacity{PerSecond: c.Capacity()}, Series: s.series, Base: base, Trig: trig, Obs: obs}
 	r.Verdict = judge(s.series, base, trig, obs, int(c.AfterWindow/time.Second))
 	return r, nil
 }
@@ -674,10 +674,10 @@ func simLike(r *Result, local LocalConfig, clients Clients) (SimConfig, bool) {
 		Load: e.Load, Warmup: e.Warmup, Baseline: e.Baseline, After: e.After, AfterWindow: e.AfterWindow,
 		TriggerDuration: e.triggerDuration(), Seed: e.Seed, name: "sim-" + r.Fleet,
 	}
-	if r.Capacity <= 0 || e.Profile != nil {
+	if r.Capacity.PerSecond <= 0 || e.Profile != nil {
 		return c, false
 	}
-	c.Service = time.Duration(float64(c.Verifiers*c.Workers) / r.Capacity * float64(time.Second))
+	c.Service = time.Duration(float64(c.Verifiers*c.Workers) / r.Capacity.PerSecond * float64(time.Second))
 	switch e.Trigger.Kind {
 	case Stop:
 	case Knob:

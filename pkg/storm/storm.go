@@ -283,7 +283,8 @@ func runOne(ctx context.Context, cfg Config, name string, q request, e Experimen
 	if err != nil {
 		return nil, err
 	}
-	cfg.Logger.Info("capacity", "fleet", f.Name, "per_second", fmt.Sprintf("%.1f", capacity))
+	cfg.Logger.Info("capacity", "fleet", f.Name, "per_second", fmt.Sprintf("%.1f", capacity.PerSecond),
+		"unloaded_p50", capacity.UnloadedP50, "unloaded_p99", capacity.UnloadedP99)
 	// Let what the measurement left queued drain before the experiment.
 	if err := sleepCtx(ctx, 2*time.Second); err != nil {
 		return nil, err
@@ -314,13 +315,13 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // summaryLine is one result in a line.
 func summaryLine(r *Result) string {
 	v := r.Verdict
-	rec := "STUCK"
-	if v.Recovered {
-		rec = "recovered in " + v.Recovery.String()
+	rec := v.String()
+	if v.Stuck {
+		rec = "STUCK"
 	}
-	return fmt.Sprintf("%-7s %-32s load %.2f C (C = %.0f/s): baseline %.0f/s (%.1f %% ok), after %.0f/s (%.1f %% of baseline), %s, wasted %.0f",
-		r.Fleet, r.Experiment.Trigger.String(), r.Experiment.Load, r.Capacity, v.Baseline, 100*v.BaselineRatio,
-		v.After, 100*v.AfterFraction, rec, v.Wasted)
+	return fmt.Sprintf("%-7s %-32s load %.2f C (C = %.0f/s): baseline %.0f/s (%.1f %% ok), after %.0f/s (%.1f %% of baseline), %s, wasted %.0f, baseline p99 %v (unloaded p99 + 3 p50: %v)",
+		r.Fleet, r.Experiment.Trigger.String(), r.Experiment.Load, r.Capacity.PerSecond, v.Baseline, 100*v.BaselineRatio,
+		v.After, 100*v.AfterFraction, rec, v.Wasted, v.LatencyP99.Round(100*time.Microsecond), r.Capacity.HealthyP99Bound().Round(100*time.Microsecond))
 }
 
 func writeFile(path string, write func(io.Writer) error) error {

@@ -82,6 +82,10 @@ func TestLabControlStuckLeveeRecovers(t *testing.T) {
 	}
 	for _, r := range rep.Results {
 		t.Logf("%s", summaryLine(r))
+		if c := r.Capacity; c.UnloadedP50 <= 0 || c.UnloadedP99 < c.UnloadedP50 || c.HealthyP99Bound() <= c.UnloadedP99 {
+			t.Errorf("%s: unloaded p50 %v, p99 %v, healthy p99 bound %v: the unloaded reference was not measured",
+				r.Fleet, c.UnloadedP50, c.UnloadedP99, c.HealthyP99Bound())
+		}
 		// The lab's own books: every arrival was sent or dropped, and every
 		// one sent ended; no answer was wrong.
 		var offered, ended, dropped, wrong int64

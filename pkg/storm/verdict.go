@@ -30,8 +30,9 @@ type Verdict struct {
 	// Recovered says whether, after the trigger ended, a window of arrivals
 	// succeeded at RecoveredFraction of BaselineRatio, and Recovery how long
 	// after the trigger's end the first such window began (0 when the
-	// trigger's end found the fleet serving). Stuck is !Recovered: the run
-	// ended without the fleet coming back.
+	// trigger's end found the fleet serving). Stuck: the run ended without
+	// the fleet coming back. Neither holds when less than one recovery window
+	// followed the trigger (Verdict.String says "not judged").
 	Recovered bool
 	Recovery  time.Duration
 	Stuck     bool
@@ -45,6 +46,17 @@ type Verdict struct {
 	// LatencyP50 and LatencyP99 are of successful logical requests that
 	// arrived in the baseline window, arrival to answer.
 	LatencyP50, LatencyP99 time.Duration
+}
+
+// String is the recovery verdict in a few words.
+func (v Verdict) String() string {
+	switch {
+	case v.Recovered:
+		return "recovered in " + v.Recovery.String()
+	case v.Stuck:
+		return "stuck"
+	}
+	return "not judged"
 }
 
 // window is a span of seconds of an experiment, [from, to).
@@ -96,7 +108,9 @@ func verdictOf(goodput, arrOK, arrEnded []float64, base, trig, obs window, after
 			break
 		}
 	}
-	v.Stuck = !v.Recovered
+	// A run with less than one window after its trigger (an experiment with
+	// no trigger and no watch: healthy load only) is not judged either way.
+	v.Stuck = !v.Recovered && obs.to-trig.to >= recoveryWindow
 	return v
 }
 

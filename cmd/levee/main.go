@@ -8,6 +8,7 @@
 //	                                 Argon2id parameters for this machine
 //	levee storm    [flags]           the lab: drive a fleet through a failure
 //	levee etcd     [flags]           a single-member embedded etcd (labs, development)
+//	levee certs    [-out DIR]        a development CA and a certificate per component
 //
 // Flags can also be set through the environment: -etcd is LEVEE_ETCD.
 package main
@@ -58,6 +59,9 @@ commands:
   etcd       run a single-member etcd in this process, nothing to install
              (what levee storm starts for its fleets):
                levee etcd -data-dir levee.etcd -client-url http://127.0.0.1:2379
+  certs      make a development CA and a certificate for each component
+             (mTLS in a development or compose fleet; levee certs -h):
+               levee certs -out certs
 `
 
 func main() {
@@ -90,6 +94,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return stormCmd(ctx, args[1:], stdout, stderr)
 	case "etcd":
 		return etcdCmd(ctx, args[1:], stderr)
+	case "certs":
+		return certsCmd(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -3,10 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
+	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/verify"
 )
 
@@ -73,5 +77,52 @@ func TestUnknownCommand(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if err := run(context.Background(), []string{"frob"}, &out, &errOut); err == nil || !strings.Contains(errOut.String(), "usage") {
 		t.Errorf("levee frob: %v, stderr %q", err, errOut.String())
+	}
+}
+
+// levee certs writes a set every component can load, whose server
+// certificates name the compose services and loopback and whose admin
+// certificate alone grants the admin role; it refuses to overwrite the set
+// without -force.
+func TestCertsCommand(t *testing.T) {
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	if err := run(t.Context(), []string{"certs", "-out", dir, "-hosts", "verifier.internal,10.0.0.7"}, &out, &errOut); err != nil {
+		t.Fatalf("levee certs: %v (%s)", err, errOut.String())
+	}
+	for _, id := range devIdentities {
+		src, err := mtls.Load(mtls.Files{CA: filepath.Join(dir, "ca.crt"), Cert: filepath.Join(dir, id.name+".crt"),
+			Key: filepath.Join(dir, id.name+".key")}, mtls.Options{})
+		if err != nil {
+			t.Fatalf("%s: %v", id.name, err)
+		}
+		leaf := src.Leaf()
+		if id.server {
+			for _, name := range append([]string{"localhost", "127.0.0.1", "verifier.internal", "10.0.0.7"}, id.dns...) {
+				if err := leaf.VerifyHostname(name); err != nil {
+					t.Errorf("%s: %v", id.name, err)
+				}
+			}
+		}
+		var roles []string
+		for _, u := range leaf.URIs {
+			roles = append(roles, u.String())
+		}
+		want := []string(nil)
+		if id.name == "admin" {
+			want = []string{"urn:levee:role:admin"}
+		}
+		if !slices.Equal(roles, want) {
+			t.Errorf("%s: role URIs %v, want %v", id.name, roles, want)
+		}
+		if fi, err := os.Stat(filepath.Join(dir, id.name+".key")); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s.key: mode %v, %v; want 0600", id.name, fi.Mode().Perm(), err)
+		}
+	}
+	if err := run(t.Context(), []string{"certs", "-out", dir}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "-force") {
+		t.Errorf("second run without -force: %v, want a refusal naming -force", err)
+	}
+	if err := run(t.Context(), []string{"certs", "-out", dir, "-force"}, &out, &errOut); err != nil {
+		t.Errorf("second run with -force: %v", err)
 	}
 }

@@ -38,7 +38,7 @@ func run(args []string) error {
 		"Argon2 memory the running hashes may hold in all, with a unit: 512MiB, 2GiB, 300MB (auto: the container's limit less 128MiB, else half the host's memory less 64MiB)")
 	fs.IntVar(&cfg.QueueCapacity, "queue", cfg.QueueCapacity, "requests that may wait for a worker")
 	fs.DurationVar(&cfg.MaxQueueWait, "max-queue-wait", cfg.MaxQueueWait, "refuse arrivals whose projected queue wait exceeds this")
-	fs.DurationVar(&cfg.LIFOAfter, "lifo-after", cfg.LIFOAfter, "serve newest first once the oldest queued request waited this long and more than a quarter of it is queued")
+	fs.DurationVar(&cfg.LIFOAfter, "lifo-after", cfg.LIFOAfter, "serve newest first while the oldest queued request is this much later than projected at admission and more than a quarter of it is queued")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "bound on a graceful drain at SIGTERM")
 	fs.DurationVar(&cfg.Deadline.Default, "default-deadline", cfg.Deadline.Default, "deadline applied to calls that bring none")
 	fs.DurationVar(&cfg.Deadline.Max, "max-deadline", cfg.Deadline.Max, "longer incoming deadlines are clamped to this")

@@ -44,9 +44,9 @@ type Config struct {
 	// MaxQueueWait refuses arrivals whose projected queue wait exceeds it,
 	// whatever deadline the caller brought.
 	MaxQueueWait time.Duration
-	// LIFOAfter switches the queue to newest-first once its oldest request
-	// has waited this long while more than LIFOAfter/4 of work is queued
-	// (back to oldest-first once no more than that is).
+	// LIFOAfter switches the queue to newest-first while its oldest request
+	// is this much later than the start projected at its admission (a
+	// stall, a slowdown) and more than LIFOAfter/4 of work is queued.
 	LIFOAfter time.Duration
 	// DrainTimeout bounds a graceful drain; whatever is left after it is
 	// cancelled.

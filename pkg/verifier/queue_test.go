@@ -14,9 +14,10 @@ import (
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 )
 
-// Once the oldest queued request has waited past LIFOAfter while the queue
-// stands (more than LIFOAfter/4 of work in it), the newest are hashed
-// first, and that holds while it stands; then oldest first again. The
+// Once the oldest queued request is LIFOAfter past the start its admission
+// projected (here: a worker held far longer than its hash costs, a stall)
+// while the queue stands (more than LIFOAfter/4 of work in it), the newest
+// are hashed first, and that holds while both do; then oldest first again. The
 // assertions are on order only: waiting out LIFOAfter is the precondition,
 // not what is measured.
 func TestAdaptiveLIFOOverGRPC(t *testing.T) {

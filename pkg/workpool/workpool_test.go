@@ -143,10 +143,10 @@ func TestAdaptiveLIFO(t *testing.T) {
 		t.Errorf("short waits: ran %v, want FIFO [1 2 3 4]", order)
 	}
 
-	// The oldest queued job has waited past LIFOAfter and the queue stands
-	// (150 ms of work, LIFOAfter 100 ms): newest first, and the pool stays
-	// newest-first while more than LIFOAfter/4 of work is queued, here to
-	// the end.
+	// The queue is late (its oldest job, projected to start at once, has
+	// waited a second: the blocked worker is a stall) and stands (150 ms of
+	// work, LIFOAfter 100 ms): newest first, and the pool stays newest-first
+	// while more than LIFOAfter/4 of work is queued, here to the end.
 	b = block(t, p)
 	for id := 1; id <= 3; id++ {
 		r.submit(t, p, context.Background(), id, 30*time.Millisecond)
@@ -173,9 +173,9 @@ func TestAdaptiveLIFO(t *testing.T) {
 		t.Errorf("after draining: ran %v, want FIFO [1 2 3]", order)
 	}
 
-	// Aged but short: the oldest job waited past LIFOAfter (a stall, a
-	// burst), yet the whole queue is 3 ms of work. Oldest first: serving it
-	// newest first would starve the old jobs for nothing.
+	// Late but short: the oldest job waited past LIFOAfter (a stall), yet
+	// the whole queue is 3 ms of work. Oldest first: serving it newest first
+	// would starve the old jobs for nothing.
 	b = block(t, p)
 	for id := 1; id <= 3; id++ {
 		r.submit(t, p, context.Background(), id, time.Millisecond)
@@ -198,6 +198,31 @@ func TestAdaptiveLIFO(t *testing.T) {
 	b.Release(t)
 	if order, _ := r.wait(); !cmp.Equal(order, []int{4, 1, 2, 3}) {
 		t.Errorf("standing queue that drained below LIFOAfter/4: ran %v, want [4 1 2 3]", order)
+	}
+
+	// Long but on time: jobs queued behind 250 ms of work start when they
+	// were projected to, 260 ms after they arrived. The queue's oldest job
+	// has waited past LIFOAfter and 90 ms of work stands, but admission's
+	// promises hold: oldest first, as promised.
+	b = block(t, p)
+	hold, started, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := p.Submit(bounded(t), 250*time.Millisecond, 0, func() { close(started); <-hold })
+		held <- err
+	}()
+	waitFor(t, "the 250 ms job to queue", func() bool { return p.Stats().Queued == 1 })
+	for id := 1; id <= 3; id++ {
+		r.submit(t, p, context.Background(), id, 30*time.Millisecond)
+	}
+	b.Release(t)
+	<-started
+	clk.Advance(260 * time.Millisecond) // it ran for its 250 ms, and a little more
+	close(hold)
+	if err := <-held; err != nil {
+		t.Fatalf("the 250 ms job: %v", err)
+	}
+	if order, _ := r.wait(); !cmp.Equal(order, []int{1, 2, 3}) {
+		t.Errorf("a long queue on time: ran %v, want FIFO [1 2 3]", order)
 	}
 }
 

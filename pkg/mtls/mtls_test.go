@@ -181,17 +181,33 @@ func peerSerial(t *testing.T, addr string, cfg *tls.Config) (string, error) {
 	return c.(*tls.Conn).ConnectionState().PeerCertificates[0].SerialNumber.String(), nil
 }
 
+// rotation is a server and a client of one CA on a fake clock, their files
+// in dir/srv and dir/cli, the server listening at addr.
+type rotation struct {
+	clk      *fakeClock
+	dir      string
+	ca       *CA
+	srvFiles Files
+	srv, cli *Source
+	addr     string
+}
+
+func newRotation(t *testing.T) rotation {
+	t.Helper()
+	f := rotation{clk: &fakeClock{t: time.Now()}, dir: t.TempDir(), ca: newCA(t, "fleet CA")}
+	f.srvFiles = write(t, f.ca, mkdir(t, f.dir, "srv"), "verifier", serverLeaf())
+	f.srv = loadSource(t, f.srvFiles, Options{Now: f.clk.Now})
+	f.cli = loadSource(t, write(t, f.ca, mkdir(t, f.dir, "cli"), "gateway", clientLeaf()), Options{Now: f.clk.Now})
+	f.addr = serve(t, f.srv, tls.RequireAndVerifyClientCert)
+	return f
+}
+
 // Certificates rotated on disk are used by the next handshake after the
 // check interval, without a restart; a CA rotated on disk is trusted the
 // same way.
 func TestRotationWithoutRestart(t *testing.T) {
-	clk := &fakeClock{t: time.Now()}
-	dir := t.TempDir()
-	ca := newCA(t, "fleet CA")
-	srvFiles := write(t, ca, mkdir(t, dir, "srv"), "verifier", serverLeaf())
-	srv := loadSource(t, srvFiles, Options{Now: clk.Now})
-	cli := loadSource(t, write(t, ca, mkdir(t, dir, "cli"), "gateway", clientLeaf()), Options{Now: clk.Now})
-	addr := serve(t, srv, tls.RequireAndVerifyClientCert)
+	f := newRotation(t)
+	clk, dir, ca, srvFiles, srv, cli, addr := f.clk, f.dir, f.ca, f.srvFiles, f.srv, f.cli, f.addr
 
 	first := srv.Leaf().SerialNumber.String()
 	if got, err := peerSerial(t, addr, cli.clientTLS("127.0.0.1")); err != nil || got != first {
@@ -239,13 +255,8 @@ func TestRotationWithoutRestart(t *testing.T) {
 // Source serving what it had, counted once and reported by Err, until a
 // good one arrives.
 func TestBrokenRotationKeepsServing(t *testing.T) {
-	clk := &fakeClock{t: time.Now()}
-	dir := t.TempDir()
-	ca := newCA(t, "fleet CA")
-	srvFiles := write(t, ca, mkdir(t, dir, "srv"), "verifier", serverLeaf())
-	srv := loadSource(t, srvFiles, Options{Now: clk.Now})
-	cli := loadSource(t, write(t, ca, mkdir(t, dir, "cli"), "gateway", clientLeaf()), Options{Now: clk.Now})
-	addr := serve(t, srv, tls.RequireAndVerifyClientCert)
+	f := newRotation(t)
+	clk, ca, srvFiles, srv, cli, addr := f.clk, f.ca, f.srvFiles, f.srv, f.cli, f.addr
 	first := srv.Leaf().SerialNumber.String()
 
 	// Half a certificate.

@@ -148,9 +148,6 @@ func Load(f Files, o Options) (*Source, error) {
 	return s, nil
 }
 
-// Files are the files s reads.
-func (s *Source) Files() Files { return s.files }
-
 // Leaf is the certificate s serves now.
 func (s *Source) Leaf() *x509.Certificate { return s.current().leaf }
 

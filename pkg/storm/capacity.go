@@ -67,16 +67,17 @@ func (c Capacity) HealthyP99Bound() time.Duration {
 
 // Validate reports every invalid field.
 func (c CapacityConfig) Validate() error {
+	// The unloaded calls and their deadline are used whether or not C is
+	// fixed.
+	if c.Deadline <= 0 || c.Unloaded < 0 || c.Unloaded > 100_000 {
+		return fmt.Errorf("storm: capacity: want deadline > 0, 0–100000 unloaded calls; got %v, %d", c.Deadline, c.Unloaded)
+	}
 	if c.Fixed > 0 {
-		if c.Deadline <= 0 || c.Unloaded < 0 || c.Unloaded > 100_000 {
-			return fmt.Errorf("storm: capacity: want deadline > 0, 0–100000 unloaded calls; got %v, %d", c.Deadline, c.Unloaded)
-		}
 		return nil
 	}
-	if c.Callers < 1 || c.Callers > 4096 || c.Warmup < 0 || c.Measure < time.Second || c.Deadline <= 0 || c.Pause < 0 ||
-		c.Unloaded < 0 || c.Unloaded > 100_000 {
-		return fmt.Errorf("storm: capacity: want 1–4096 callers, warm-up ≥ 0, measure ≥ 1s, deadline > 0, pause ≥ 0, "+
-			"0–100000 unloaded calls; got %d, %v, %v, %v, %v, %d", c.Callers, c.Warmup, c.Measure, c.Deadline, c.Pause, c.Unloaded)
+	if c.Callers < 1 || c.Callers > 4096 || c.Warmup < 0 || c.Measure < time.Second || c.Pause < 0 {
+		return fmt.Errorf("storm: capacity: want 1–4096 callers, warm-up ≥ 0, measure ≥ 1s, pause ≥ 0; got %d, %v, %v, %v",
+			c.Callers, c.Warmup, c.Measure, c.Pause)
 	}
 	return nil
 }

@@ -143,6 +143,14 @@ func newBackends(log *slog.Logger, static []string, newBrk func() *breaker.Break
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			// One layer retries, and it is the gateway's own, budgeted.
 			grpc.WithDisableRetry(),
+		},
+		onChange: onChange,
+		static:   map[string]bool{},
+		dynamic:  map[string]string{},
+		byAddr:   map[string]*backend{},
+	}
+	if probe > 0 {
+		bs.dialOpts = append(bs.dialOpts,
 			// A hung verifier (stopped, paused, its host wedged) keeps its
 			// TCP connection, and its health stream says nothing: an
 			// HTTP/2 ping unanswered for probe closes the connection,
@@ -153,12 +161,7 @@ func newBackends(log *slog.Logger, static []string, newBrk func() *breaker.Break
 			grpc.WithConnectParams(grpc.ConnectParams{
 				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 				MinConnectTimeout: 2 * time.Second,
-			}),
-		},
-		onChange: onChange,
-		static:   map[string]bool{},
-		dynamic:  map[string]string{},
-		byAddr:   map[string]*backend{},
+			}))
 	}
 	empty := []*backend{}
 	bs.snap.Store(&empty)

@@ -86,8 +86,9 @@ type Config struct {
 	// of the lab's control fleet (levee storm): each call goes to the next
 	// verifier whose health says SERVING, round robin, under the caller's
 	// own deadline (none added), with no admission, no deadline check, no
-	// breaker, no retry, no budget (BudgetTarget is ignored) and no
-	// autopilot. Never for production.
+	// breaker, no retry, no budget (BudgetTarget is ignored), no
+	// autopilot, and grpc's default dialing (no keepalive probes:
+	// ProbeInterval is ignored). Never for production.
 	Unguarded bool
 
 	// ProbeInterval is how often the gateway pings each verifier's

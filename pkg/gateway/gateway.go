@@ -152,7 +152,14 @@ func New(cfg Config) (*Gateway, error) {
 		ms := (cfg.PushbackMin + time.Duration(float64(span)*float64(i)/float64(len(g.pushbacks)-1))).Milliseconds()
 		g.pushbacks[i] = metadata.Pairs(PushbackTrailer, strconv.FormatInt(ms, 10))
 	}
-	g.backends = newBackends(g.log, cfg.Verifiers, g.newBreaker, cfg.Deadline.Max, cfg.ProbeInterval, nil)
+	probe := cfg.ProbeInterval
+	if cfg.Unguarded {
+		// A plain proxy dials with grpc's defaults: no keepalive, so a hung
+		// verifier keeps its connection and the calls queued on it, and
+		// reconnects back off up to two minutes.
+		probe = 0
+	}
+	g.backends = newBackends(g.log, cfg.Verifiers, g.newBreaker, cfg.Deadline.Max, probe, nil)
 	g.metrics = newMetrics(g.reg, g)
 	g.marginGauges = newMarginGauges(g.reg)
 	g.auto = newAutopilot(g, cfg.Autopilot)

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // freezer is a TCP proxy in front of a verifier that can stop passing bytes
@@ -110,7 +112,9 @@ func (f *freezer) close() {
 // A verifier that hangs with its connection open (no byte comes back, no
 // RST, its health stream silent) is taken out of rotation by the keepalive
 // ping going unanswered, and is back in rotation soon after it answers
-// again. Without keepalive it stayed in rotation for as long as it hung.
+// again. Without keepalive it stayed in rotation for as long as it hung,
+// and so it does still for the lab's unguarded control, which dials as a
+// plain proxy would.
 func TestHungVerifierLeavesRotation(t *testing.T) {
 	v := startVerifier(t, nil)
 	f := startFreezer(t, v.addr)
@@ -118,6 +122,11 @@ func TestHungVerifierLeavesRotation(t *testing.T) {
 	cfg.ProbeInterval = time.Second // the ping's timeout; grpc-go raises its period to 10 s
 	gw := startGateway(t, cfg)
 	gw.waitServing(t, 1)
+	plain := cfg
+	plain.Registry = prometheus.NewRegistry()
+	plain.Unguarded = true
+	control := startGateway(t, plain)
+	control.waitServing(t, 1)
 
 	f.freeze(true)
 	hung := time.Now()
@@ -125,6 +134,14 @@ func TestHungVerifierLeavesRotation(t *testing.T) {
 	// answer.
 	waitFor(t, 40*time.Second, "the hung verifier out of rotation", func() bool { return gw.g.ServingVerifiers() == 0 })
 	t.Logf("out of rotation %v after it hung", time.Since(hung).Round(100*time.Millisecond))
+	// The control's own pings would have gone unanswered by now too: it
+	// dialled a few milliseconds later. Watch it for three seconds more.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if n := control.g.ServingVerifiers(); n != 1 {
+			t.Fatalf("the unguarded gateway took the hung verifier out of rotation after %v; a plain proxy has no keepalive",
+				time.Since(hung).Round(100*time.Millisecond))
+		}
+	}
 
 	f.freeze(false)
 	back := time.Now()

@@ -46,7 +46,7 @@ func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) 
 	fs.DurationVar(&cfg.Deadline.Default, "default-deadline", cfg.Deadline.Default, "deadline applied to calls that bring none")
 	fs.DurationVar(&cfg.Deadline.Max, "max-deadline", cfg.Deadline.Max, "longer incoming deadlines are clamped to this")
 	fs.DurationVar(&cfg.Deadline.Margin, "hop-margin", cfg.Deadline.Margin, "per-hop margin subtracted from forwarded deadlines")
-	fs.IntVar(&cfg.Admission.InitialLimit, "initial-limit", cfg.Admission.InitialLimit, "concurrency limit at start")
+	fs.IntVar(&cfg.Admission.InitialLimit, "initial-limit", cfg.Admission.InitialLimit, "concurrency limit at start; 0: the ceiling the verifiers' slots give, until a queue first forms")
 	fs.IntVar(&cfg.Admission.MinLimit, "min-limit", cfg.Admission.MinLimit, "the adaptive limit never goes below this")
 	fs.IntVar(&cfg.Admission.Ceiling, "max-limit", cfg.Admission.Ceiling, "ceiling of the adaptive limit (runtime setting: ceiling)")
 	fs.DurationVar(&cfg.VerifierQueueDelay, "verifier-queue-delay", cfg.VerifierQueueDelay,

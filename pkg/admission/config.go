@@ -26,7 +26,11 @@ func (systemClock) Now() time.Time { return time.Now() }
 
 // Config configures a Limiter. Start from DefaultConfig.
 type Config struct {
-	// InitialLimit is the adaptive limit before the first window.
+	// InitialLimit is the adaptive limit before the first window. Zero
+	// starts it at the ceiling, and keeps it there, following the ceiling as
+	// it moves, until a window first observes a queue (see slow start in the
+	// package doc): for a limiter whose ceiling is the capacity it guards,
+	// as a gateway's is (its verifiers' slots).
 	InitialLimit int
 	// MinLimit is the floor of the adaptive limit: however high the queue
 	// wait, this many requests stay admissible, so the limiter keeps
@@ -101,8 +105,8 @@ func (c Config) Validate() error {
 	} else if c.Ceiling < c.MinLimit {
 		bad("Ceiling %d is below MinLimit %d", c.Ceiling, c.MinLimit)
 	}
-	if c.InitialLimit < c.MinLimit || c.InitialLimit > c.Ceiling || c.InitialLimit < 1 {
-		bad("InitialLimit must be in [MinLimit, Ceiling] = [%d, %d], got %d", c.MinLimit, c.Ceiling, c.InitialLimit)
+	if c.InitialLimit != 0 && (c.InitialLimit < c.MinLimit || c.InitialLimit > c.Ceiling || c.InitialLimit < 1) {
+		bad("InitialLimit must be 0 (the ceiling) or in [MinLimit, Ceiling] = [%d, %d], got %d", c.MinLimit, c.Ceiling, c.InitialLimit)
 	}
 	if c.TargetQueueWait <= 0 {
 		bad("TargetQueueWait must be positive, got %v", c.TargetQueueWait)

@@ -17,6 +17,8 @@ func TestConfigValidate(t *testing.T) {
 		{"default", func(*Config) {}, nil},
 		{"MinLimit 1, InitialLimit 1", func(c *Config) { c.MinLimit, c.InitialLimit = 1, 1 }, nil},
 		{"InitialLimit = Ceiling", func(c *Config) { c.InitialLimit = c.Ceiling }, nil},
+		{"InitialLimit 0 (the ceiling)", func(c *Config) { c.InitialLimit = 0 }, nil},
+		{"InitialLimit negative", func(c *Config) { c.InitialLimit = -1 }, []string{"InitialLimit"}},
 		{"no critical reserve, retries not shed before first attempts", func(c *Config) {
 			c.CriticalReserve, c.RetryShare = 0, 1
 		}, nil},
@@ -44,8 +46,8 @@ func TestConfigValidate(t *testing.T) {
 		{"batch outlasting interactive retries", func(c *Config) { c.BatchShare = 0.8 }, []string{"BatchShare 0.8 is above"}},
 		{"critical retries shed before interactive", func(c *Config) { c.RetryShare = 0.5 }, []string{"RetryShare 0.5 is below", "BatchShare 0.5 is above"}},
 		{"every field", func(c *Config) { *c = Config{} }, []string{
-			"MinLimit", "Ceiling", "InitialLimit", "TargetQueueWait", "Backoff", "Window", "MinSamples", "RetryShare 0 is below",
-		}},
+			"MinLimit", "Ceiling", "TargetQueueWait", "Backoff", "Window", "MinSamples", "RetryShare 0 is below",
+		}}, // InitialLimit 0 is valid: the ceiling
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()

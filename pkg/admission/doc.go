@@ -70,7 +70,14 @@
 //     refusing the bursts meanwhile (the seed's naive clients, whose three
 //     attempts follow each other at once, lost 0.5 % of their requests).
 //     Once a queue has formed the limit is near what the fleet takes, and
-//     doubling from there would overshoot it (TestConvergence).
+//     doubling from there would overshoot it (TestConvergence). A limiter
+//     whose ceiling is the capacity it guards (a gateway's is its
+//     verifiers' slots) need not find it by doubling: with
+//     Config.InitialLimit 0 the limit stands at the ceiling, following it,
+//     until the first queue forms. Doubling from the 32–64 that a gateway's
+//     first seconds had grown it to still refused the Poisson bursts of
+//     0.9 C now and then; the slots and the verifiers' own admission bound
+//     the queue in time whatever the limit.
 //   - otherwise the limit stays.
 //
 // Demand means the limit was actually limiting in the window: in flight

@@ -181,8 +181,10 @@ type Limiter struct {
 	shares    [numRanks]float64
 	lastWait  time.Duration // the last evaluated window's observed queue wait
 	// grown: a window has seen a queue form (observed above half the
-	// target); until then the limit grows by doubling (slow start).
-	grown bool
+	// target); until then the limit grows by doubling (slow start), or
+	// stands at the ceiling when fromCeiling (Config.InitialLimit 0).
+	grown       bool
+	fromCeiling bool
 }
 
 // New returns a Limiter configured by cfg, or cfg.Validate's error.
@@ -195,15 +197,16 @@ func New(cfg Config) (*Limiter, error) {
 		clk = systemClock{}
 	}
 	l := &Limiter{
-		clock:      clk,
-		epoch:      clk.Now(),
-		minLimit:   float64(cfg.MinLimit),
-		target:     cfg.TargetQueueWait,
-		backoff:    cfg.Backoff,
-		window:     cfg.Window,
-		minSamples: int64(cfg.MinSamples),
-		adaptive:   float64(cfg.InitialLimit),
-		ceiling:    cfg.Ceiling,
+		clock:       clk,
+		epoch:       clk.Now(),
+		minLimit:    float64(cfg.MinLimit),
+		target:      cfg.TargetQueueWait,
+		backoff:     cfg.Backoff,
+		window:      cfg.Window,
+		minSamples:  int64(cfg.MinSamples),
+		adaptive:    float64(cfg.InitialLimit),
+		ceiling:     cfg.Ceiling,
+		fromCeiling: cfg.InitialLimit == 0,
 	}
 	l.shares = shareTable(cfg.CriticalReserve, cfg.BatchShare, cfg.RetryShare)
 	l.waitMin.Store(noWait)
@@ -378,6 +381,9 @@ func (l *Limiter) endWindow(now time.Duration) {
 
 // publish recomputes what Acquire reads. l.mu is held.
 func (l *Limiter) publish() {
+	if l.fromCeiling && !l.grown {
+		l.adaptive = float64(l.ceiling)
+	}
 	adaptive := int64(l.adaptive)
 	limit := min(adaptive, int64(l.ceiling))
 	if l.clamp > 0 {

@@ -129,6 +129,41 @@ func TestGrowsUnderDemandUpToCeiling(t *testing.T) {
 	}
 }
 
+// With InitialLimit 0 the limit is the ceiling, wherever the ceiling moves,
+// and needs no demand to get there, until a queue forms; from then on it
+// adapts like any other and no longer follows a rising ceiling.
+func TestStartsAtTheCeiling(t *testing.T) {
+	clk := newFakeClock()
+	cfg := testConfig(clk)
+	cfg.InitialLimit, cfg.Ceiling = 0, 300
+	l := newLimiter(t, cfg)
+	if got := l.Limit(); got != 300 {
+		t.Fatalf("limit of a new limiter with InitialLimit 0 = %d, want the ceiling 300", got)
+	}
+	l.SetCeiling(50) // the verifiers have reported their slots
+	l.SetCeiling(60)
+	if got := l.Limit(); got != 60 {
+		t.Fatalf("limit after the ceiling moved to 60 = %d, want 60", got)
+	}
+	// Empty queues, no demand: it stays at the ceiling.
+	for range 5 {
+		saturatedWindow(l, clk, ok0)
+	}
+	if got := l.Limit(); got != 60 {
+		t.Fatalf("limit after windows of empty queues = %d, want the ceiling 60", got)
+	}
+	// A queue above the target: it shrinks from the ceiling, as any limit.
+	if got := saturatedWindow(l, clk, okWait(100*time.Millisecond)); got != 42 {
+		t.Fatalf("adaptive after a window at twice the target = %d, want 42 (60 × 0.7)", got)
+	}
+	// From now on a rising ceiling is not followed: the limit regrows only
+	// under demand.
+	l.SetCeiling(200)
+	if got := l.Limit(); got != 42 {
+		t.Fatalf("limit after the ceiling rose, once a queue had formed = %d, want 42", got)
+	}
+}
+
 func TestGrowthSlowsNearTarget(t *testing.T) {
 	clk := newFakeClock()
 	cfg := testConfig(clk)

@@ -67,6 +67,12 @@ func TestAutopilotRecoversMetastableFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test; runs in the full suite")
 	}
+	// Both runs offer the same rate, from the first run's measurement: the
+	// first shows that this rate congests the fleet for good, the second
+	// that the autopilot brings the same fleet back. (Measured in each run,
+	// a low reading in the second, taken while another package's tests
+	// held the CPU, offered too little to congest anything.)
+	var rate float64
 	for _, on := range []bool{false, true} {
 		name := map[bool]string{false: "autopilot off stays congested", true: "autopilot on recovers"}[on]
 		t.Run(name, func(t *testing.T) {
@@ -92,9 +98,11 @@ func TestAutopilotRecoversMetastableFleet(t *testing.T) {
 			v2.slow(t, base)
 			stored := storedHash("pw", 1024, 1)
 
-			capacity := capacityOf(t, gw, stored, 4)
-			rate := 0.6 * capacity
-			t.Logf("capacity %.0f/s; offering %.0f logins/s", capacity, rate)
+			if rate == 0 {
+				capacity := capacityOf(t, gw, stored, 4)
+				rate = 0.6 * capacity
+				t.Logf("capacity %.0f/s; offering %.0f logins/s", capacity, rate)
+			}
 
 			const patience = time.Second
 			root, stopCalls := context.WithCancel(context.Background())

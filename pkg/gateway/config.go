@@ -108,6 +108,16 @@ type Config struct {
 	Registry *prometheus.Registry
 }
 
+// gatewayAdmission is the limiter's defaults with the limit starting at its
+// ceiling (InitialLimit 0): a gateway fits the ceiling to its verifiers'
+// slots (fitCeiling), so it starts knowing what the fleet can hold and has
+// nothing to find by growing; the limit falls from there once a queue forms.
+func gatewayAdmission() admission.Config {
+	c := admission.DefaultConfig()
+	c.InitialLimit = 0
+	return c
+}
+
 // AutopilotConfig configures the recovery autopilot: when the fleet shows the
 // metastable signature — most of the work the verifiers do ends after the
 // typical caller gave up, while the queue stands and throughput stays high —
@@ -155,7 +165,7 @@ func DefaultConfig() Config {
 		BudgetKey:       "gateway",
 		Deadline:        deadline.DefaultConfig(),
 		Limits:          verify.DefaultLimits(),
-		Admission:       admission.DefaultConfig(),
+		Admission:       gatewayAdmission(),
 		Breaker:         breaker.DefaultConfig(),
 		// A quarter of the typical client timeout: at 90 % load a verifier
 		// with one worker needs a queue of about twenty service times to

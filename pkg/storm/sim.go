@@ -284,7 +284,7 @@ func newSim(c SimConfig) (*sim, error) {
 		ac := admission.DefaultConfig()
 		ac.Clock = s
 		ac.Ceiling = max(int(math.Ceil(float64(c.Verifiers*c.Workers)/(1-ac.CriticalReserve))), ac.MinLimit)
-		ac.InitialLimit = min(ac.InitialLimit, ac.Ceiling)
+		ac.InitialLimit = 0 // as the gateway's: at the ceiling until a queue forms
 		var err error
 		if s.limiter, err = admission.New(ac); err != nil {
 			return nil, fmt.Errorf("sim: admission: %w", err)

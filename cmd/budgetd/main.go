@@ -22,6 +22,7 @@ import (
 
 	"github.com/leveehq/levee/internal/flagenv"
 	"github.com/leveehq/levee/pkg/budgetd"
+	"github.com/leveehq/levee/pkg/mtls"
 )
 
 func main() {
@@ -46,8 +47,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg := budgetd.DefaultConfig()
+	var sec mtls.Settings
 	fs := flag.NewFlagSet("budgetd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	sec.AddFlags(fs)
 	fs.StringVar(&cfg.ListenAddr, "listen", cfg.ListenAddr, "gRPC listen address")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-listen", cfg.MetricsAddr, "HTTP address for the status page (/) and /metrics (empty: none)")
 	fs.StringVar(&cfg.AdvertiseAddr, "advertise", "", "address the other replicas reach this one at (default: the listen address)")
@@ -77,31 +80,57 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := cfg.EtcdLogLevel.UnmarshalText([]byte(*etcdLog)); err != nil {
 		return fmt.Errorf("-etcd-log-level: %w", err)
 	}
+	if err := sec.Check(tlsIdentity); err != nil {
+		return err
+	}
 	var handler slog.Handler = slog.NewTextHandler(stderr, nil)
 	if *logJSON {
 		handler = slog.NewJSONHandler(stderr, nil)
 	}
 	cfg.Logger = slog.New(handler)
+	var err error
+	if cfg.TLS, err = sec.Load(tlsIdentity, mtls.Options{Logger: cfg.Logger}); err != nil {
+		return err
+	}
+	if cfg.TLS.Plaintext() {
+		cfg.Logger.Warn("-insecure: plaintext gRPC and etcd; anyone who reaches the port can lease retry tokens")
+	} else {
+		// An embedded etcd serves mutual TLS with the replica's own files.
+		cfg.EmbeddedEtcd.TLS = sec.Resolve(tlsIdentity)
+	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	return budgetd.Run(ctx, cfg)
 }
 
+// tlsIdentity names the replica's certificate in a -tls-dir; cliIdentity
+// the operator's, which the status subcommand presents.
+const (
+	tlsIdentity = "budgetd"
+	cliIdentity = "admin"
+)
+
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("budgetd status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	var sec mtls.Settings
+	sec.AddFlags(fs)
 	addr := fs.String("addr", budgetd.DefaultConfig().ListenAddr, "address of any budgetd replica")
 	key := fs.String("key", "", "budget key to describe (default: all)")
 	asJSON := fs.Bool("json", false, "print JSON instead of tables")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
-	if err := fs.Parse(args); err != nil {
+	if err := flagenv.Parse(fs, args, nil); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("status: unexpected argument %q", fs.Arg(0))
 	}
+	id, err := sec.Load(cliIdentity, mtls.Options{})
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	return budgetd.PrintStatus(ctx, stdout, *addr, *key, *asJSON)
+	return budgetd.PrintStatus(ctx, stdout, *addr, *key, id, *asJSON)
 }

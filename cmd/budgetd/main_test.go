@@ -33,7 +33,7 @@ func TestStatusSubcommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errOut bytes.Buffer
-	if err := run(ctx, []string{"status", "-addr", r.Addr(), "-key", "verify"}, &out, &errOut); err != nil {
+	if err := run(ctx, []string{"status", "-insecure", "-addr", r.Addr(), "-key", "verify"}, &out, &errOut); err != nil {
 		t.Fatalf("budgetd status: %v\n%s", err, errOut.String())
 	}
 	for _, want := range []string{"leader:  " + r.Addr(), "verify", "gw-1"} {
@@ -48,18 +48,26 @@ func TestStatusSubcommand(t *testing.T) {
 
 func TestBadArguments(t *testing.T) {
 	ctx := context.Background()
-	for _, args := range [][]string{
-		{"-election-ttl", "1s"},
-		{"-refresh-interval", "0s"},
-		{"-default-ratio", "-1"},
-		{"-etcd-log-level", "loud"},
-		{"-no-such-flag"},
-		{"serve-please"},
-		{"status", "-addr"},
-		{"status", "extra"},
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-insecure", "-election-ttl", "1s"}, "ElectionTTL"},
+		{[]string{"-insecure", "-refresh-interval", "0s"}, "RefreshInterval"},
+		{[]string{"-insecure", "-default-ratio", "-1"}, "atio"},
+		{[]string{"-insecure", "-etcd-log-level", "loud"}, "etcd-log-level"},
+		{[]string{"-no-such-flag"}, "no-such-flag"},
+		{[]string{"-insecure", "serve-please"}, "unexpected argument"},
+		// Refuses to start in plaintext unless told to, and says how.
+		{nil, "levee certs"},
+		{[]string{"-insecure", "-tls-dir", "certs"}, "pick one"},
+		{[]string{"status", "-addr"}, "-addr"},
+		{[]string{"status", "-insecure", "extra"}, "unexpected argument"},
+		{[]string{"status"}, "levee certs"},
 	} {
-		if err := run(ctx, args, io.Discard, io.Discard); err == nil {
-			t.Errorf("budgetd %s: no error", strings.Join(args, " "))
+		err := run(ctx, tc.args, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("budgetd %s: %v, want an error naming %q", strings.Join(tc.args, " "), err, tc.want)
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/leveehq/levee/internal/flagenv"
 	"github.com/leveehq/levee/pkg/gateway"
+	"github.com/leveehq/levee/pkg/mtls"
 )
 
 func main() {
@@ -31,9 +32,11 @@ func main() {
 }
 
 // parse turns flags (and LEVEE_* variables) into a Config.
-func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) (gateway.Config, bool, error) {
+func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) (gateway.Config, mtls.Settings, bool, error) {
 	cfg := gateway.DefaultConfig()
+	var sec mtls.Settings
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	sec.AddFlags(fs)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.ListenAddr, "listen", cfg.ListenAddr, "gRPC listen address")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-listen", cfg.MetricsAddr, "HTTP address for /metrics (empty: none)")
@@ -64,18 +67,24 @@ func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) 
 	fs.BoolVar(&cfg.Unguarded, "unguarded", false, "turn every defence off: the lab's control fleet (levee storm) only, never production")
 	logJSON := fs.Bool("log-json", false, "log JSON instead of text")
 	if err := flagenv.Parse(fs, args, lookup); err != nil {
-		return cfg, false, err
+		return cfg, sec, false, err
 	}
 	if fs.NArg() > 0 {
-		return cfg, false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return cfg, sec, false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	cfg.EtcdEndpoints = flagenv.List(*etcd)
 	cfg.Verifiers = flagenv.List(*verifiers)
-	return cfg, *logJSON, cfg.Validate()
+	if err := sec.Check(tlsIdentity); err != nil {
+		return cfg, sec, false, err
+	}
+	return cfg, sec, *logJSON, cfg.Validate()
 }
 
+// tlsIdentity names the gateway's certificate in a -tls-dir.
+const tlsIdentity = "gateway"
+
 func run(args []string, stderr io.Writer) error {
-	cfg, logJSON, err := parse(args, stderr, nil)
+	cfg, sec, logJSON, err := parse(args, stderr, nil)
 	if err != nil {
 		return err
 	}
@@ -84,6 +93,12 @@ func run(args []string, stderr io.Writer) error {
 		handler = slog.NewJSONHandler(stderr, nil)
 	}
 	cfg.Logger = slog.New(handler)
+	if cfg.TLS, err = sec.Load(tlsIdentity, mtls.Options{Logger: cfg.Logger}); err != nil {
+		return err
+	}
+	if cfg.TLS.Plaintext() {
+		cfg.Logger.Warn("-insecure: plaintext gRPC and etcd; passwords cross the network in the clear")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return gateway.Run(ctx, cfg)

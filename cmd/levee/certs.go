@@ -1,42 +1,17 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/leveehq/levee/internal/flagenv"
 	"github.com/leveehq/levee/pkg/mtls"
 )
-
-// devIdentity is one certificate of the development set.
-type devIdentity struct {
-	name string
-	// dns are the names its servers answer to (the compose services).
-	dns            []string
-	server, client bool
-	roles          []string
-}
-
-// devIdentities are the certificates `levee certs` makes: one per kind of
-// component, naming every replica of the compose fleet, and two for people
-// and programs that call the fleet.
-var devIdentities = []devIdentity{
-	{name: "etcd", dns: []string{"etcd1", "etcd2", "etcd3"}, server: true, client: true},
-	{name: "budgetd", dns: []string{"budgetd1", "budgetd2"}, server: true, client: true},
-	{name: "verifier", dns: []string{"verifier1", "verifier2", "verifier3"}, server: true, client: true},
-	{name: "gateway", dns: []string{"gateway"}, server: true, client: true},
-	// The operator: levee settings, the capacity knob.
-	{name: "admin", client: true, roles: []string{mtls.RoleAdmin}},
-	// A caller of the gateway that presents a certificate (optional there).
-	{name: "client", client: true},
-}
 
 func certsCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("levee certs", flag.ContinueOnError)
@@ -56,7 +31,7 @@ admin role (settings writes, the capacity knob). The CA's private key is not
 kept: run again (-force) to reissue the set. For production, issue the same
 names and roles from your own PKI.
 
-`, strings.Join(names(), ", "))
+`, strings.Join(mtls.DevelopmentNames(), ", "))
 		fs.PrintDefaults()
 	}
 	if err := flagenv.Parse(fs, args, nil); err != nil {
@@ -76,40 +51,15 @@ names and roles from your own PKI.
 			extraDNS = append(extraDNS, h)
 		}
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	now := time.Now()
+	set := mtls.DevelopmentSet{Dir: *out, DNS: extraDNS, IPs: extraIPs, ValidFor: *validFor, Force: *force}
+	if err := mtls.WriteDevelopmentSet(set, now); err != nil {
+		if errors.Is(err, mtls.ErrSetExists) {
+			return fmt.Errorf("levee certs: %w (-force replaces the whole set)", err)
+		}
 		return fmt.Errorf("levee certs: %w", err)
 	}
-	if !*force {
-		for _, n := range append(names(), "ca") {
-			if _, err := os.Stat(filepath.Join(*out, n+".crt")); err == nil {
-				return fmt.Errorf("levee certs: %s already holds %s.crt (-force replaces the whole set)", *out, n)
-			}
-		}
-	}
-	now := time.Now()
-	ca, err := mtls.NewCA("Levee development CA", *validFor, now)
-	if err != nil {
-		return err
-	}
-	for _, id := range devIdentities {
-		leaf := mtls.Leaf{Name: id.name, Server: id.server, Client: id.client, Roles: id.roles, ValidFor: *validFor}
-		if id.server {
-			leaf.DNS = slices.Concat([]string{"localhost"}, id.dns, extraDNS)
-			leaf.IPs = slices.Concat([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, extraIPs)
-		}
-		if _, err := ca.WriteFiles(*out, id.name, leaf, now); err != nil {
-			return err
-		}
-	}
 	fmt.Fprintf(stdout, "levee certs: wrote ca.crt and %s.{crt,key} to %s (valid until %s)\n",
-		strings.Join(names(), ", "), *out, now.Add(*validFor).UTC().Format(time.DateOnly))
+		strings.Join(mtls.DevelopmentNames(), ", "), *out, now.Add(*validFor).UTC().Format(time.DateOnly))
 	return nil
-}
-
-func names() []string {
-	var n []string
-	for _, id := range devIdentities {
-		n = append(n, id.name)
-	}
-	return n
 }

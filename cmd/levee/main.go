@@ -22,20 +22,20 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
+	"github.com/leveehq/levee/internal/etcdclient"
 	"github.com/leveehq/levee/internal/flagenv"
 	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/bytesize"
 	"github.com/leveehq/levee/pkg/calibrate"
 	"github.com/leveehq/levee/pkg/fleet"
 	"github.com/leveehq/levee/pkg/gateway"
+	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/verifier"
 )
 
@@ -112,7 +112,9 @@ func local(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.Workers, "workers", 0, "Argon2 workers per verifier (default: the cores shared among verifiers)")
 	fs.StringVar(&cfg.Etcd.DataDir, "data-dir", cfg.Etcd.DataDir, "embedded etcd data directory")
 	fs.IntVar(&cfg.GatewayPort, "gateway-port", cfg.GatewayPort, "gateway gRPC port (metrics at +2000)")
-	fs.BoolVar(&cfg.EnableCapacityKnob, "enable-capacity-knob", false, "allow slowing verifiers down (experiments)")
+	fs.BoolVar(&cfg.EnableCapacityKnob, "enable-capacity-knob", false, "allow slowing verifiers down (experiments; the admin certificate only)")
+	tlsDir := fs.String("tls-dir", "levee-local.certs", "development CA and certificates: made here on first start (and when they near expiry), reused after")
+	insecure := fs.Bool("insecure", false, "plaintext everywhere instead of mutual TLS")
 	verbose := fs.Bool("v", false, "log every component at info level (default: warnings)")
 	if err := flagenv.Parse(fs, args, nil); err != nil {
 		return err
@@ -122,9 +124,52 @@ func local(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		level = slog.LevelInfo
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	security := "plaintext everywhere (-insecure): passwords cross loopback in the clear"
+	if !*insecure {
+		made, err := ensureDevelopmentSet(*tlsDir, time.Now())
+		if err != nil {
+			return err
+		}
+		cfg.TLSDir = *tlsDir
+		security = "mutual TLS on every hop, etcd included, from the development CA in " + *tlsDir
+		if made {
+			security = "mutual TLS on every hop, etcd included, from a development CA made now in " + *tlsDir
+		}
+	}
 	return fleet.Run(ctx, cfg, func(a fleet.Addresses) {
-		fmt.Fprintf(stdout, `Levee local fleet is up (Ctrl-C stops it).
+		fmt.Fprint(stdout, localBanner(a, security, cfg.TLSDir))
+	})
+}
 
+// ensureDevelopmentSet makes a development set in dir unless a usable one
+// is there, and says whether it made one.
+func ensureDevelopmentSet(dir string, now time.Time) (bool, error) {
+	if mtls.UsableDevelopmentSet(dir, now) {
+		return false, nil
+	}
+	// levee local's own directory: a set that no longer loads or nears its
+	// expiry is replaced whole.
+	set := mtls.DevelopmentSet{Dir: dir, ValidFor: 90 * 24 * time.Hour, Force: true}
+	if err := mtls.WriteDevelopmentSet(set, now); err != nil {
+		return false, fmt.Errorf("local: development certificates: %w", err)
+	}
+	return true, nil
+}
+
+// localBanner is what levee local prints once the fleet is up: where each
+// component listens and commands that work against it as it runs (with
+// TLS, grpcurl trusts the development CA and the CLIs present the admin
+// certificate).
+func localBanner(a fleet.Addresses, security, tlsDir string) string {
+	grpcurl, cli := "grpcurl -plaintext", "go run ./cmd/levee"
+	cliFlags := " -insecure"
+	if tlsDir != "" {
+		grpcurl = "grpcurl -cacert " + filepath.Join(tlsDir, "ca.crt")
+		cliFlags = " -tls-dir " + tlsDir
+	}
+	return fmt.Sprintf(`Levee local fleet is up (Ctrl-C stops it).
+
+  security   %s
   gateway    %s   metrics http://%s/metrics
   budgetd    %s   status  http://%s/
   verifiers  %s
@@ -132,15 +177,15 @@ func local(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 Verify a password through the gateway:
 
-  grpcurl -plaintext -d '{"encoded_hash":"%s","password":"%s"}' \
+  %s -d '{"encoded_hash":"%s","password":"%s"}' \
     %s levee.verify.v1.VerifyService/Verify
 
-Hash one:   grpcurl -plaintext -d '{"password":"%s"}' %s levee.verify.v1.VerifyService/Hash
-Budget:     go run ./cmd/levee status
-Shed load:  go run ./cmd/levee settings set clamp=4
-`, a.Gateway, a.GatewayMetrics, a.Budgetd, a.BudgetdMetrics, strings.Join(a.Verifiers, ", "),
-			strings.Join(a.Etcd, ", "), exampleHash, examplePasswordB64, a.Gateway, examplePasswordB64, a.Gateway)
-	})
+Hash one:   %s -d '{"password":"%s"}' %s levee.verify.v1.VerifyService/Hash
+Budget:     %s status%s
+Shed load:  %s settings%s set clamp=4
+`, security, a.Gateway, a.GatewayMetrics, a.Budgetd, a.BudgetdMetrics, strings.Join(a.Verifiers, ", "),
+		strings.Join(a.Etcd, ", "), grpcurl, exampleHash, examplePasswordB64, a.Gateway, grpcurl, examplePasswordB64, a.Gateway,
+		cli, cliFlags, cli, cliFlags)
 }
 
 // exampleHash is "correct horse battery staple" under the default policy
@@ -157,12 +202,20 @@ func etcdCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("levee etcd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.DataDir, "data-dir", "levee.etcd", "data directory")
-	fs.StringVar(&cfg.ClientURL, "client-url", cfg.ClientURL, "client URL (http://host:port) to listen on and advertise")
+	fs.StringVar(&cfg.ClientURL, "client-url", cfg.ClientURL, "client URL to listen on and advertise (http://host:port, or https:// with TLS)")
 	fs.StringVar(&cfg.PeerURL, "peer-url", cfg.PeerURL, "peer URL to listen on and advertise")
 	fs.StringVar(&cfg.Name, "name", cfg.Name, "member name")
 	level := fs.String("log-level", "error", "least severe etcd log shown: debug, info, warn, error")
+	var sec mtls.Settings
+	sec.AddFlags(fs)
 	if err := flagenv.Parse(fs, args, nil); err != nil {
 		return err
+	}
+	if err := sec.Check(mtls.IdentityEtcd); err != nil {
+		return err
+	}
+	if !sec.Insecure {
+		cfg.TLS = sec.Resolve(mtls.IdentityEtcd)
 	}
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(*level)); err != nil {
@@ -187,12 +240,18 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	asJSON := fs.Bool("json", false, "print JSON instead of tables (the budget only)")
 	gatewayMetrics := fs.String("gateway-metrics", "http://127.0.0.1:9700/metrics", "a gateway's /metrics, for the bistability margin (empty: none)")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
+	var sec mtls.Settings
+	sec.AddFlags(fs)
 	if err := flagenv.Parse(fs, args, nil); err != nil {
+		return err
+	}
+	id, err := sec.Load(mtls.IdentityAdmin, mtls.Options{})
+	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	if err := budgetd.PrintStatus(ctx, stdout, *addr, *key, *asJSON); err != nil {
+	if err := budgetd.PrintStatus(ctx, stdout, *addr, *key, id, *asJSON); err != nil {
 		return err
 	}
 	if *asJSON || *gatewayMetrics == "" {
@@ -209,9 +268,11 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func settingsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("levee settings", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	etcd := fs.String("etcd", "http://127.0.0.1:2379", "comma-separated etcd endpoints")
+	etcd := fs.String("etcd", "127.0.0.1:2379", "comma-separated etcd endpoints")
 	key := fs.String("settings-key", gateway.DefaultSettingsKey, "etcd key of the gateways' settings")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
+	var sec mtls.Settings
+	sec.AddFlags(fs)
 	if err := flagenv.Parse(fs, args, nil); err != nil {
 		return err
 	}
@@ -219,9 +280,15 @@ func settingsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if len(rest) == 0 {
 		return errors.New("settings: want get, set name=value... or delete")
 	}
+	// The operator's identity: with etcd's auth on, its certificate's name
+	// (admin) is the etcd user allowed to write the settings.
+	id, err := sec.Load(mtls.IdentityAdmin, mtls.Options{})
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*etcd, ","), DialTimeout: *timeout, Logger: zap.NewNop()})
+	cli, err := etcdclient.New(etcdclient.Config{Endpoints: flagenv.List(*etcd), DialTimeout: *timeout, TLS: id})
 	if err != nil {
 		return fmt.Errorf("etcd: %w", err)
 	}

@@ -3,11 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
 	"github.com/leveehq/levee/pkg/mtls"
@@ -40,7 +38,7 @@ func TestSettingsCommand(t *testing.T) {
 	ctx := context.Background()
 	do := func(args ...string) (string, error) {
 		var out, errOut bytes.Buffer
-		err := run(ctx, append([]string{"settings", "-etcd", etcd}, args...), &out, &errOut)
+		err := run(ctx, append([]string{"settings", "-insecure", "-etcd", etcd}, args...), &out, &errOut)
 		return out.String() + errOut.String(), err
 	}
 	steps := []struct {
@@ -80,43 +78,25 @@ func TestUnknownCommand(t *testing.T) {
 	}
 }
 
-// levee certs writes a set every component can load, whose server
-// certificates name the compose services and loopback and whose admin
-// certificate alone grants the admin role; it refuses to overwrite the set
-// without -force.
+// levee certs writes a set every component can load (what it holds is
+// pkg/mtls's TestDevelopmentSet), names the hosts it is given, and refuses to
+// overwrite the set without -force.
 func TestCertsCommand(t *testing.T) {
 	dir := t.TempDir()
 	var out, errOut bytes.Buffer
 	if err := run(t.Context(), []string{"certs", "-out", dir, "-hosts", "verifier.internal,10.0.0.7"}, &out, &errOut); err != nil {
 		t.Fatalf("levee certs: %v (%s)", err, errOut.String())
 	}
-	for _, id := range devIdentities {
-		src, err := mtls.Load(mtls.Files{CA: filepath.Join(dir, "ca.crt"), Cert: filepath.Join(dir, id.name+".crt"),
-			Key: filepath.Join(dir, id.name+".key")}, mtls.Options{})
-		if err != nil {
-			t.Fatalf("%s: %v", id.name, err)
-		}
-		leaf := src.Leaf()
-		if id.server {
-			for _, name := range append([]string{"localhost", "127.0.0.1", "verifier.internal", "10.0.0.7"}, id.dns...) {
-				if err := leaf.VerifyHostname(name); err != nil {
-					t.Errorf("%s: %v", id.name, err)
-				}
-			}
-		}
-		var roles []string
-		for _, u := range leaf.URIs {
-			roles = append(roles, u.String())
-		}
-		want := []string(nil)
-		if id.name == "admin" {
-			want = []string{"urn:levee:role:admin"}
-		}
-		if !slices.Equal(roles, want) {
-			t.Errorf("%s: role URIs %v, want %v", id.name, roles, want)
-		}
-		if fi, err := os.Stat(filepath.Join(dir, id.name+".key")); err != nil || fi.Mode().Perm() != 0o600 {
-			t.Errorf("%s.key: mode %v, %v; want 0600", id.name, fi.Mode().Perm(), err)
+	if !mtls.UsableDevelopmentSet(dir, time.Now()) {
+		t.Fatalf("levee certs wrote a set that does not load")
+	}
+	src, err := mtls.Settings{Dir: dir}.Load(mtls.IdentityVerifier, mtls.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"verifier.internal", "10.0.0.7", "verifier1"} {
+		if err := src.Leaf().VerifyHostname(name); err != nil {
+			t.Errorf("verifier certificate: %v", err)
 		}
 	}
 	if err := run(t.Context(), []string{"certs", "-out", dir}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "-force") {

@@ -106,6 +106,7 @@ func parseStorm(args []string, stderr io.Writer, lookup func(string) (string, bo
 	fs.IntVar(&cfg.Local.Verifiers, "verifiers", cfg.Local.Verifiers, "local fleet: verifiers")
 	fs.IntVar(&cfg.Local.Workers, "workers", cfg.Local.Workers, "local fleet: -workers of each verifier")
 	fs.IntVar(&cfg.Local.Budgetds, "budgetds", cfg.Local.Budgetds, "local fleet: budgetd replicas")
+	fs.BoolVar(&cfg.Local.Insecure, "insecure", false, "local fleet: run Levee in plaintext, as the control (default: mutual TLS from a development CA made for the run)")
 	hm := fs.Uint("hash-memory-kib", uint(cfg.Local.Params.Memory), "Argon2id memory of the verifiers' policy and the lab's stored hash, KiB")
 	ht := fs.Uint("hash-iterations", uint(cfg.Local.Params.Iterations), "Argon2id iterations of the policy and the stored hash")
 	hp := fs.Uint("hash-parallelism", uint(cfg.Local.Params.Parallelism), "Argon2id lanes of the policy and the stored hash")

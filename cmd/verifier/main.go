@@ -9,12 +9,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/leveehq/levee/internal/flagenv"
+	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/verifier"
 )
 
@@ -28,9 +30,25 @@ func main() {
 	}
 }
 
-func run(args []string) error {
+// options are the flags that are not verifier.Config fields.
+type options struct {
+	tls        mtls.Settings
+	pepperFile string
+	resident   bool
+	logJSON    bool
+}
+
+// tlsIdentity names the verifier's certificate in a -tls-dir.
+const tlsIdentity = "verifier"
+
+// parse turns flags (and LEVEE_* variables) into a Config and the options
+// run acts on; it reads no file.
+func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) (verifier.Config, options, error) {
 	cfg := verifier.DefaultConfig()
+	var o options
 	fs := flag.NewFlagSet("verifier", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o.tls.AddFlags(fs)
 	fs.StringVar(&cfg.ListenAddr, "listen", cfg.ListenAddr, "gRPC listen address")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-listen", cfg.MetricsAddr, "HTTP address for /metrics (empty: none)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "hashes run at once (default: the cores)")
@@ -49,32 +67,51 @@ func run(args []string) error {
 	maxMem := fs.Uint("max-memory-kib", uint(cfg.Limits.MaxMemoryKiB), "refuse stored hashes asking for more memory than this (KiB)")
 	maxIter := fs.Uint("max-iterations", uint(cfg.Limits.MaxIterations), "refuse stored hashes asking for more iterations")
 	maxPar := fs.Uint("max-parallelism", uint(cfg.Limits.MaxParallelism), "refuse stored hashes asking for more lanes")
-	pepperFile := fs.String("pepper-file", "", "file of pepper keys, lines ID:BASE64KEY and one current=ID (empty: no pepper; see docs/verifier.md#pepper)")
+	fs.StringVar(&o.pepperFile, "pepper-file", "", "file of pepper keys, lines ID:BASE64KEY and one current=ID (empty: no pepper; see docs/verifier.md#pepper)")
 	etcd := fs.String("etcd", "", "comma-separated etcd endpoints to register in, for gateways (empty: no registration)")
 	fs.StringVar(&cfg.AdvertiseAddr, "advertise", "", "address registered for gateways to dial (default: the listen address)")
 	fs.StringVar(&cfg.RegistryTarget, "registry-target", cfg.RegistryTarget, "etcd naming target to register under (gateways dial etcd:///<target>)")
 	fs.DurationVar(&cfg.RegistryTTL, "registry-ttl", cfg.RegistryTTL, "registration lease TTL: a verifier that dies vanishes within it (whole seconds, at least 2s)")
-	fs.BoolVar(&cfg.EnableCapacityKnob, "enable-capacity-knob", false, "allow VerifierAdminService.SetCapacity (experiments only)")
+	fs.BoolVar(&cfg.EnableCapacityKnob, "enable-capacity-knob", false, "allow VerifierAdminService.SetCapacity (experiments only; with TLS, only to certificates with the admin role)")
 	fs.BoolVar(&cfg.Unguarded, "unguarded", false, "turn every overload defence off: the lab's control fleet (levee storm) only, never production")
-	resident := fs.Bool("resident-heap", true, "keep Argon2 memory resident between hashes (GOGC off, soft memory limit)")
-	logJSON := fs.Bool("log-json", false, "log JSON instead of text")
-	if err := flagenv.Parse(fs, args, nil); err != nil {
-		return err
+	fs.BoolVar(&o.resident, "resident-heap", true, "keep Argon2 memory resident between hashes (GOGC off, soft memory limit)")
+	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON instead of text")
+	if err := flagenv.Parse(fs, args, lookup); err != nil {
+		return cfg, o, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	if *par > 255 || *maxPar > 255 || *mem > 1<<32-1 || *iter > 1<<32-1 || *maxMem > 1<<32-1 || *maxIter > 1<<32-1 {
-		return fmt.Errorf("an Argon2 parameter is out of range")
+		return cfg, o, fmt.Errorf("an Argon2 parameter is out of range")
 	}
 	cfg.EtcdEndpoints = append(cfg.EtcdEndpoints, flagenv.List(*etcd)...)
 	cfg.Policy.Params.Memory, cfg.Policy.Params.Iterations, cfg.Policy.Params.Parallelism = uint32(*mem), uint32(*iter), uint8(*par)
 	cfg.Limits.MaxMemoryKiB, cfg.Limits.MaxIterations, cfg.Limits.MaxParallelism = uint32(*maxMem), uint32(*maxIter), uint8(*maxPar)
+	if err := o.tls.Check(tlsIdentity); err != nil {
+		return cfg, o, err
+	}
+	return cfg, o, cfg.Validate()
+}
 
+func run(args []string) error {
+	cfg, o, err := parse(args, os.Stderr, nil)
+	if err != nil {
+		return err
+	}
 	var handler slog.Handler = slog.NewTextHandler(os.Stderr, nil)
-	if *logJSON {
+	if o.logJSON {
 		handler = slog.NewJSONHandler(os.Stderr, nil)
 	}
 	cfg.Logger = slog.New(handler)
-	if *pepperFile != "" {
-		p, err := verifier.LoadPepperFile(*pepperFile, cfg.Logger)
+	if cfg.TLS, err = o.tls.Load(tlsIdentity, mtls.Options{Logger: cfg.Logger}); err != nil {
+		return err
+	}
+	if cfg.TLS.Plaintext() {
+		cfg.Logger.Warn("-insecure: plaintext gRPC and etcd; passwords cross the network in the clear")
+	}
+	if o.pepperFile != "" {
+		p, err := verifier.LoadPepperFile(o.pepperFile, cfg.Logger)
 		if err != nil {
 			return err
 		}
@@ -86,7 +123,7 @@ func run(args []string) error {
 	budget, source := cfg.ResolveMemoryBudget()
 	cfg.MemoryBudget = budget
 	cfg.Logger.Info("memory budget", "budget", verifier.ByteSize(budget).Approx(), "bytes", budget, "source", source)
-	if *resident {
+	if o.resident {
 		limit := verifier.KeepHeapResident(cfg.Workers, cfg.WidestHash(), budget)
 		cfg.Logger.Info("heap kept resident", "soft_memory_limit_mib", limit>>20)
 	}

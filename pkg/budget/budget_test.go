@@ -552,10 +552,14 @@ func TestKeysShareOneRequest(t *testing.T) {
 	if b1 != b2 {
 		t.Error("Key returned two Budgets for one key")
 	}
+	// Held, so that the refresh the new key nudges cannot answer before
+	// its status is read.
+	release := f.srv.Hold()
 	nb := f.budget("verify/tenant-a")
 	if st := nb.Status(); st.Mode != budget.Fallback || st.Cause != budget.CauseNoLease {
 		t.Errorf("new key: mode %v cause %q; want fallback, no lease yet", st.Mode, st.Cause)
 	}
+	release()
 	f.waitRequests(2) // nudged, without advancing the clock
 	if r := f.lastReport("verify/tenant-a"); r.KeysInRequest != 3 || r.Seq != 2 {
 		t.Errorf("after Key: %+v, want 3 keys in request 2", r)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leveehq/levee/pkg/mtls"
 )
 
 // Config configures one budgetd replica. Start from DefaultConfig.
@@ -63,6 +65,11 @@ type Config struct {
 	// clients choose keys, so without a bound they could grow memory.
 	MaxKeys int
 
+	// TLS is the replica's identity: it serves mutual TLS with it (a client
+	// must present a certificate of the same CA), and presents it to etcd
+	// and to the leader it forwards to. Nil is plaintext (-insecure).
+	TLS *mtls.Source
+
 	// Now is the clock of the accounting; nil means time.Now. Leadership
 	// timing always uses the real clock, as etcd does.
 	Now func() time.Time
@@ -83,12 +90,18 @@ type Config struct {
 type EmbeddedEtcdConfig struct {
 	// DataDir holds etcd's data; it survives restarts.
 	DataDir string
-	// ClientURL is where etcd serves clients, e.g. http://127.0.0.1:2379.
+	// ClientURL is where etcd serves clients, e.g. http://127.0.0.1:2379
+	// (a bare host:port is http://, or https:// with TLS).
 	ClientURL string
 	// PeerURL is etcd's raft peer URL, e.g. http://127.0.0.1:2380.
 	PeerURL string
 	// Name is the etcd member name.
 	Name string
+	// TLS, when set, makes etcd serve its clients and peers mutual TLS from
+	// these files (then ClientURL and PeerURL must be https://): a client
+	// must present a certificate of the CA. etcd reads the files at each
+	// handshake, so a rotation on disk is used without a restart.
+	TLS mtls.Files
 }
 
 // DefaultConfig returns the production defaults.
@@ -98,8 +111,8 @@ func DefaultConfig() Config {
 		MetricsAddr: "127.0.0.1:9702",
 		EmbeddedEtcd: EmbeddedEtcdConfig{
 			DataDir:   "budgetd.etcd",
-			ClientURL: "http://127.0.0.1:2379",
-			PeerURL:   "http://127.0.0.1:2380",
+			ClientURL: "127.0.0.1:2379", // http://, or https:// with TLS
+			PeerURL:   "127.0.0.1:2380",
 			Name:      "budgetd",
 		},
 		EtcdDialTimeout: 5 * time.Second,
@@ -175,8 +188,14 @@ func (e EmbeddedEtcdConfig) validate() error {
 	if e.Name == "" {
 		errs = append(errs, errors.New("Name must be set"))
 	}
+	secure := !e.TLS.IsZero()
+	if secure {
+		if err := e.TLS.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("TLS: %w", err))
+		}
+	}
 	for _, u := range []struct{ name, v string }{{"ClientURL", e.ClientURL}, {"PeerURL", e.PeerURL}} {
-		if _, err := parseEtcdURL(u.v); err != nil {
+		if _, err := parseEtcdURL(u.v, secure); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", u.name, err))
 		}
 	}
@@ -184,20 +203,25 @@ func (e EmbeddedEtcdConfig) validate() error {
 }
 
 // parseEtcdURL accepts http://host:port (or a bare host:port, read as
-// http).
-func parseEtcdURL(s string) (*url.URL, error) {
+// http), or https://host:port when secure (a bare host:port is then read
+// as https).
+func parseEtcdURL(s string, secure bool) (*url.URL, error) {
 	if s == "" {
 		return nil, errors.New("must be set")
 	}
+	want := "http"
+	if secure {
+		want = "https"
+	}
 	if !strings.Contains(s, "://") {
-		s = "http://" + s
+		s = want + "://" + s
 	}
 	u, err := url.Parse(s)
 	if err != nil {
 		return nil, err
 	}
-	if u.Scheme != "http" {
-		return nil, fmt.Errorf("scheme must be http (the embedded etcd is for a local fleet), got %q", u.Scheme)
+	if u.Scheme != want {
+		return nil, fmt.Errorf("scheme must be %s (with TLS files: https; without: http), got %q", want, u.Scheme)
 	}
 	if err := checkHostPort(u.Host); err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
@@ -32,8 +33,9 @@ func StartEmbeddedEtcd(cfg EmbeddedEtcdConfig, log *slog.Logger, level slog.Leve
 	if log == nil {
 		log = slog.Default()
 	}
-	curl, _ := parseEtcdURL(cfg.ClientURL)
-	purl, _ := parseEtcdURL(cfg.PeerURL)
+	secure := !cfg.TLS.IsZero()
+	curl, _ := parseEtcdURL(cfg.ClientURL, secure)
+	purl, _ := parseEtcdURL(cfg.PeerURL, secure)
 
 	ec := embed.NewConfig()
 	ec.Name = cfg.Name
@@ -42,6 +44,12 @@ func StartEmbeddedEtcd(cfg EmbeddedEtcdConfig, log *slog.Logger, level slog.Leve
 	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{*purl}, []url.URL{*purl}
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
 	ec.EnableGRPCGateway = false
+	if secure {
+		info := transport.TLSInfo{CertFile: cfg.TLS.Cert, KeyFile: cfg.TLS.Key, TrustedCAFile: cfg.TLS.CA,
+			ClientCertAuth: true}
+		ec.ClientTLSInfo, ec.PeerTLSInfo = info, info
+		ec.TlsMinVersion = "TLS1.3"
+	}
 	// Sessions and elections add revisions forever; keep an hour of history.
 	ec.AutoCompactionMode, ec.AutoCompactionRetention = "periodic", "1h"
 	stopping := new(atomic.Bool)

@@ -10,11 +10,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+	"github.com/leveehq/levee/pkg/mtls"
 )
 
 // forwardedHeader marks a call a follower forwarded, so that a replica that
@@ -34,14 +34,15 @@ func isForwarded(ctx context.Context) bool {
 // forwarder holds one client connection per leader address.
 type forwarder struct {
 	timeout time.Duration
+	tls     *mtls.Source // nil: plaintext
 
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
 	closed bool
 }
 
-func newForwarder(timeout time.Duration) *forwarder {
-	return &forwarder{timeout: timeout, conns: map[string]*grpc.ClientConn{}}
+func newForwarder(timeout time.Duration, tls *mtls.Source) *forwarder {
+	return &forwarder{timeout: timeout, tls: tls, conns: map[string]*grpc.ClientConn{}}
 }
 
 var errForwarderClosed = errors.New("forwarder closed")
@@ -63,7 +64,7 @@ func (f *forwarder) client(addr string) (budgetv1.BudgetServiceClient, error) {
 			delete(f.conns, a)
 		}
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(addr, f.tls.DialOption(""))
 	if err != nil {
 		return nil, err
 	}

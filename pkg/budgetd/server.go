@@ -2,6 +2,7 @@ package budgetd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,7 +15,6 @@ import (
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+	"github.com/leveehq/levee/internal/etcdclient"
 	"github.com/leveehq/levee/internal/serving"
 )
 
@@ -37,14 +38,6 @@ const maxRecvMsgSize = 64 << 10
 // shutdownGrace bounds each step of a shutdown that waits on someone else:
 // resigning in etcd, finishing in-flight calls.
 const shutdownGrace = 2 * time.Second
-
-// The etcd client pings its connection this often (and gives up on it after
-// the timeout), so that watches on a connection that died silently are
-// re-established; etcd refuses pings more frequent than every 5 s.
-const (
-	etcdKeepAliveTime    = 10 * time.Second
-	etcdKeepAliveTimeout = 5 * time.Second
-)
 
 // Sentinel errors of the accounting; the handlers map them to statuses.
 var (
@@ -115,16 +108,16 @@ func New(cfg Config) (*Server, error) {
 		s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	s.metrics = newMetrics(s.reg)
-	s.fwd = newForwarder(cfg.LeaseValidity)
+	s.fwd = newForwarder(cfg.LeaseValidity, cfg.TLS)
 	s.publishSettingsLocked()
 
 	grpcMetrics := grpcprom.NewServerMetrics()
 	s.reg.MustRegister(grpcMetrics)
-	s.grpc = grpc.NewServer(
+	s.grpc = grpc.NewServer(append(cfg.TLS.ServerOptions(tls.RequireAndVerifyClientCert),
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
 		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor(), s.streams.Interceptor()),
-	)
+	)...)
 	budgetv1.RegisterBudgetServiceServer(s.grpc, s)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -213,13 +206,12 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) (err error) 
 	// ones etcd's concurrency package makes on that context.
 	etcdCtx, abandonEtcd := context.WithCancel(context.Background())
 	defer abandonEtcd()
-	cli, err := clientv3.New(clientv3.Config{
-		Context:              etcdCtx,
-		Endpoints:            endpoints,
-		DialTimeout:          s.cfg.EtcdDialTimeout,
-		DialKeepAliveTime:    etcdKeepAliveTime,
-		DialKeepAliveTimeout: etcdKeepAliveTimeout,
-		Logger:               newZapLogger(s.log, s.cfg.EtcdLogLevel, "etcd-client", nil),
+	cli, err := etcdclient.New(etcdclient.Config{
+		Context:     etcdCtx,
+		Endpoints:   endpoints,
+		DialTimeout: s.cfg.EtcdDialTimeout,
+		TLS:         s.cfg.TLS,
+		Logger:      newZapLogger(s.log, s.cfg.EtcdLogLevel, "etcd-client", nil),
 	})
 	if err != nil {
 		closeListeners()

@@ -13,12 +13,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+	"github.com/leveehq/levee/pkg/mtls"
 )
 
 // Status implements BudgetService.Status: the leader's view, forwarded by a
@@ -113,9 +113,9 @@ func (s *Server) localStatus(key string, asLeader bool) *budgetv1.StatusResponse
 }
 
 // QueryStatus asks the replica at addr for the status of key (all keys if
-// empty).
-func QueryStatus(ctx context.Context, addr, key string) (*budgetv1.StatusResponse, error) {
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// empty), presenting id (nil: plaintext).
+func QueryStatus(ctx context.Context, addr, key string, id *mtls.Source) (*budgetv1.StatusResponse, error) {
+	cc, err := grpc.NewClient(addr, id.DialOption(""))
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
@@ -129,8 +129,8 @@ func QueryStatus(ctx context.Context, addr, key string) (*budgetv1.StatusRespons
 
 // PrintStatus queries the replica at addr and writes its answer to w as
 // WriteStatus does: what `budgetd status` runs.
-func PrintStatus(ctx context.Context, w io.Writer, addr, key string, asJSON bool) error {
-	resp, err := QueryStatus(ctx, addr, key)
+func PrintStatus(ctx context.Context, w io.Writer, addr, key string, id *mtls.Source, asJSON bool) error {
+	resp, err := QueryStatus(ctx, addr, key, id)
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@ func TestPrintStatus(t *testing.T) {
 	}
 
 	var buf bytes.Buffer
-	if err := budgetd.PrintStatus(ctx, &buf, r.Addr(), "", false); err != nil {
+	if err := budgetd.PrintStatus(ctx, &buf, r.Addr(), "", nil, false); err != nil {
 		t.Fatalf("PrintStatus: %v", err)
 	}
 	out := buf.String()
@@ -51,7 +51,7 @@ func TestPrintStatus(t *testing.T) {
 	}
 
 	buf.Reset()
-	if err := budgetd.PrintStatus(ctx, &buf, r.Addr(), "verify", true); err != nil {
+	if err := budgetd.PrintStatus(ctx, &buf, r.Addr(), "verify", nil, true); err != nil {
 		t.Fatalf("PrintStatus -json: %v", err)
 	}
 	var got budgetv1.StatusResponse
@@ -71,7 +71,7 @@ func TestPrintStatus(t *testing.T) {
 		t.Errorf("-json uses proto field names: %s", buf.String())
 	}
 
-	if err := budgetd.PrintStatus(ctx, &buf, r.Addr(), "bad key", false); err == nil || !strings.Contains(err.Error(), "InvalidArgument") {
+	if err := budgetd.PrintStatus(ctx, &buf, r.Addr(), "bad key", nil, false); err == nil || !strings.Contains(err.Error(), "InvalidArgument") {
 		t.Errorf("PrintStatus with a bad key: %v, want InvalidArgument", err)
 	}
 }

@@ -20,8 +20,12 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/leveehq/levee/internal/etcdclient"
 	"github.com/leveehq/levee/pkg/budgetd"
+	"github.com/leveehq/levee/pkg/etcdauth"
 	"github.com/leveehq/levee/pkg/gateway"
+	"github.com/leveehq/levee/pkg/mtls"
+	"github.com/leveehq/levee/pkg/registry"
 	"github.com/leveehq/levee/pkg/verifier"
 	"github.com/leveehq/levee/pkg/verify"
 )
@@ -43,8 +47,15 @@ type Config struct {
 	Workers int
 	// Policy is the verifiers' hashing policy.
 	Policy verify.Policy
-	// EnableCapacityKnob lets experiments slow verifiers down.
+	// EnableCapacityKnob lets experiments slow verifiers down (with TLS,
+	// only callers presenting the admin certificate).
 	EnableCapacityKnob bool
+	// TLSDir holds a development set of certificates
+	// (mtls.WriteDevelopmentSet): every component serves and dials mutual
+	// TLS with its own identity from it, etcd included, and the gateway's
+	// port serves TLS with client certificates optional. Empty: plaintext
+	// everywhere.
+	TLSDir string
 	// Logger receives every component's logs, each tagged with its name.
 	Logger *slog.Logger
 	// Mutate, if set, adjusts each component's configuration before start.
@@ -59,8 +70,8 @@ func DefaultConfig() Config {
 	return Config{
 		Etcd: budgetd.EmbeddedEtcdConfig{
 			DataDir:   "levee-local.etcd",
-			ClientURL: "http://127.0.0.1:2379",
-			PeerURL:   "http://127.0.0.1:2380",
+			ClientURL: "127.0.0.1:2379", // http://, or https:// with TLSDir
+			PeerURL:   "127.0.0.1:2380",
 			Name:      "levee-local",
 		},
 		Host:          "127.0.0.1",
@@ -99,12 +110,24 @@ func Run(ctx context.Context, cfg Config, ready func(Addresses)) error {
 	if cfg.Workers == 0 {
 		cfg.Workers = max(1, runtime.GOMAXPROCS(0)/cfg.Verifiers)
 	}
+	ids, err := loadIdentities(cfg.TLSDir, log)
+	if err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
+	if cfg.TLSDir != "" {
+		cfg.Etcd.TLS = mtls.Settings{Dir: cfg.TLSDir}.Resolve(mtls.IdentityEtcd)
+	}
 	etcd, err := budgetd.StartEmbeddedEtcd(cfg.Etcd, log.With("component", "etcd"), slog.LevelError)
 	if err != nil {
 		return fmt.Errorf("fleet: %w", err)
 	}
 	defer etcd.Close()
 	endpoints := etcd.Endpoints()
+	if cfg.TLSDir != "" {
+		if err := enableEtcdAuth(ctx, endpoints, cfg.TLSDir); err != nil {
+			return fmt.Errorf("fleet: %w", err)
+		}
+	}
 
 	// Listen first, so that every address is known (port 0 included) and
 	// taken before anything dials it.
@@ -173,6 +196,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addresses)) error {
 	bcfg.EtcdEndpoints = endpoints
 	bcfg.AdvertiseAddr = addrs.Budgetd
 	bcfg.Logger = log.With("component", "budgetd")
+	bcfg.TLS = ids.budgetd
 	if cfg.MutateBudgetd != nil {
 		cfg.MutateBudgetd(&bcfg)
 	}
@@ -191,6 +215,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addresses)) error {
 		vc.AdvertiseAddr = addrs.Verifiers[i]
 		vc.EnableCapacityKnob = cfg.EnableCapacityKnob
 		vc.Logger = log.With("component", "verifier", "verifier", i+1)
+		vc.TLS = ids.verifier
 		if cfg.MutateVerifier != nil {
 			cfg.MutateVerifier(i, &vc)
 		}
@@ -207,6 +232,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addresses)) error {
 	gcfg.EtcdEndpoints = endpoints
 	gcfg.BudgetTarget = addrs.Budgetd
 	gcfg.Logger = log.With("component", "gateway")
+	gcfg.TLS = ids.gateway
 	if cfg.MutateGateway != nil {
 		cfg.MutateGateway(&gcfg)
 	}
@@ -266,4 +292,55 @@ wait:
 	runErr = errors.Join(runErr, vg.Wait())
 	stopBudgetd()
 	return errors.Join(runErr, bg.Wait())
+}
+
+// identities are the fleet's TLS identities; nil for plaintext.
+type identities struct{ budgetd, verifier, gateway *mtls.Source }
+
+// loadIdentities loads each component's identity from dir; an empty dir is
+// plaintext.
+func loadIdentities(dir string, log *slog.Logger) (identities, error) {
+	var ids identities
+	if dir == "" {
+		return ids, nil
+	}
+	set := mtls.Settings{Dir: dir}
+	for _, id := range []struct {
+		name string
+		to   **mtls.Source
+	}{{mtls.IdentityBudgetd, &ids.budgetd}, {mtls.IdentityVerifier, &ids.verifier}, {mtls.IdentityGateway, &ids.gateway}} {
+		src, err := set.Load(id.name, mtls.Options{Logger: log.With("component", id.name)})
+		if err != nil {
+			return ids, err
+		}
+		*id.to = src
+	}
+	return ids, nil
+}
+
+// EtcdLayout is where the fleet's components keep their keys in etcd, with
+// every component at its defaults: what etcd's access control is set up for.
+func EtcdLayout() etcdauth.Layout {
+	return etcdauth.Layout{
+		Registry:        registry.DefaultTarget + "/",
+		GatewaySettings: gateway.DefaultSettingsKey,
+		Budget:          budgetd.DefaultConfig().Prefix,
+	}
+}
+
+// enableEtcdAuth turns on etcd's access control (etcdauth) as the admin
+// identity of the development set in dir.
+func enableEtcdAuth(ctx context.Context, endpoints []string, dir string) error {
+	admin, err := mtls.Settings{Dir: dir}.Load(mtls.IdentityAdmin, mtls.Options{})
+	if err != nil {
+		return err
+	}
+	cli, err := etcdclient.New(etcdclient.Config{Endpoints: endpoints, DialTimeout: 10 * time.Second, TLS: admin})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return etcdauth.Enable(actx, cli, EtcdLayout())
 }

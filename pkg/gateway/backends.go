@@ -16,7 +16,6 @@ import (
 	"go.etcd.io/etcd/client/v3/naming/endpoints"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
@@ -134,13 +133,13 @@ type backends struct {
 }
 
 func newBackends(log *slog.Logger, static []string, newBrk func() *breaker.Breaker, retireFor, probe time.Duration,
-	onChange func(added, removed []string)) *backends {
+	transport grpc.DialOption, onChange func(added, removed []string)) *backends {
 	bs := &backends{
 		log:       log,
 		newBrk:    newBrk,
 		retireFor: retireFor,
 		dialOpts: []grpc.DialOption{
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			transport,
 			// One layer retries, and it is the gateway's own, budgeted.
 			grpc.WithDisableRetry(),
 		},

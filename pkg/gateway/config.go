@@ -11,6 +11,7 @@ import (
 	"github.com/leveehq/levee/pkg/admission"
 	"github.com/leveehq/levee/pkg/breaker"
 	"github.com/leveehq/levee/pkg/deadline"
+	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/registry"
 	"github.com/leveehq/levee/pkg/verify"
 )
@@ -99,6 +100,13 @@ type Config struct {
 	// 10 s, so a shorter interval is raised to that; verifiers accept pings
 	// every 5 s (their keepalive enforcement policy).
 	ProbeInterval time.Duration
+
+	// TLS is the gateway's identity: its public port serves TLS with it
+	// (a caller's certificate is optional there, and verified when
+	// given), and it presents it to the verifiers, budgetd and etcd, whose
+	// certificates it verifies against the same CA bundle. Nil is plaintext
+	// everywhere (-insecure).
+	TLS *mtls.Source
 
 	// Logger receives operational logs; nil means slog.Default(). Nothing
 	// is logged per request.

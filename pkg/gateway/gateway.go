@@ -34,6 +34,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,7 +50,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -60,6 +60,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/internal/etcdclient"
 	"github.com/leveehq/levee/internal/etcdwatch"
 	"github.com/leveehq/levee/internal/serving"
 	"github.com/leveehq/levee/pkg/admission"
@@ -159,18 +160,16 @@ func New(cfg Config) (*Gateway, error) {
 		// reconnects back off up to two minutes.
 		probe = 0
 	}
-	g.backends = newBackends(g.log, cfg.Verifiers, g.newBreaker, cfg.Deadline.Max, probe, nil)
+	g.backends = newBackends(g.log, cfg.Verifiers, g.newBreaker, cfg.Deadline.Max, probe, cfg.TLS.DialOption(""), nil)
 	g.metrics = newMetrics(g.reg, g)
 	g.marginGauges = newMarginGauges(g.reg)
 	g.auto = newAutopilot(g, cfg.Autopilot)
 
 	if len(cfg.EtcdEndpoints) > 0 {
-		g.etcd, err = clientv3.New(clientv3.Config{
-			Endpoints:            cfg.EtcdEndpoints,
-			DialTimeout:          cfg.EtcdDialTimeout,
-			DialKeepAliveTime:    5 * time.Second,
-			DialKeepAliveTimeout: 3 * time.Second,
-			Logger:               zap.NewNop(),
+		g.etcd, err = etcdclient.New(etcdclient.Config{
+			Endpoints:   cfg.EtcdEndpoints,
+			DialTimeout: cfg.EtcdDialTimeout,
+			TLS:         cfg.TLS,
 		})
 		if err != nil {
 			g.backends.close()
@@ -186,6 +185,7 @@ func New(cfg Config) (*Gateway, error) {
 		bc.Keys = []string{cfg.BudgetKey}
 		bc.Logger = g.log
 		bc.Registry = g.reg
+		bc.DialOptions = []grpc.DialOption{cfg.TLS.DialOption("")}
 		if g.budgets, err = budget.New(bc); err != nil {
 			g.closeClients()
 			return nil, fmt.Errorf("gateway: budget: %w", err)
@@ -203,11 +203,13 @@ func New(cfg Config) (*Gateway, error) {
 		// default deadline.
 		unary, stream = unary[1:], stream[1:]
 	}
-	g.grpc = grpc.NewServer(
+	// Callers of the front door may present a certificate or not; one
+	// that is presented must chain to the CA.
+	g.grpc = grpc.NewServer(append(cfg.TLS.ServerOptions(tls.VerifyClientCertIfGiven),
 		grpc.MaxRecvMsgSize(verify.MaxRequestSize),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
-	)
+	)...)
 	verifyv1.RegisterVerifyServiceServer(g.grpc, g)
 	healthpb.RegisterHealthServer(g.grpc, g.health)
 	reflection.Register(g.grpc)

@@ -62,8 +62,8 @@ func (f Files) IsZero() bool { return f == Files{} }
 // ErrNoCertificates is Validate's error for Files that name nothing: a
 // component that carries passwords refuses to start in plaintext unless told
 // to (its -insecure flag).
-var ErrNoCertificates = errors.New("no TLS certificates: give -tls-ca, -tls-cert and -tls-key " +
-	"(`levee certs -out DIR` makes a development set), or -insecure to run in plaintext on a trusted network only")
+var ErrNoCertificates = errors.New("no TLS certificates: give -tls-dir DIR (`levee certs -out DIR` makes a development set), " +
+	"or -tls-ca, -tls-cert and -tls-key from your own PKI, or -insecure to run in plaintext on a trusted network only")
 
 // Validate reports ErrNoCertificates when nothing is named, and which files
 // are missing when only some are.

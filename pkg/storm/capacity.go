@@ -11,10 +11,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/pkg/mtls"
 )
 
 // CapacityConfig says how the lab measures a fleet's capacity C, the
@@ -120,8 +120,8 @@ func measureUnloaded(ctx context.Context, rpc verifyv1.VerifyServiceClient, q re
 // and returns its goodput in successful verifications per second: C. A
 // closed loop is right here, and only here: it measures what the fleet can
 // do when it always has work, which an open loop at an unknown rate cannot.
-func measureCapacity(parent context.Context, target string, q request, c CapacityConfig) (Capacity, error) {
-	cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDisableRetry())
+func measureCapacity(parent context.Context, target string, id *mtls.Source, q request, c CapacityConfig) (Capacity, error) {
+	cc, err := grpc.NewClient(target, id.DialOption(""), grpc.WithDisableRetry())
 	if err != nil {
 		return Capacity{}, fmt.Errorf("storm: capacity: %w", err)
 	}

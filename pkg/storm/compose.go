@@ -143,7 +143,7 @@ func StartCompose(ctx context.Context, cfg ComposeConfig, unguarded bool) (*Flee
 		addr := "127.0.0.1:" + strconv.Itoa(gp)
 		m := &Member{Name: "budgetd-" + strconv.Itoa(i), Role: RoleBudgetd, Addr: addr,
 			Metrics: "http://127.0.0.1:" + strconv.Itoa(mp) + "/metrics", advertised: "budgetd" + strconv.Itoa(i) + ":7702"}
-		if err := add(m, "budgetd"+strconv.Itoa(i), grpcServing(addr, "")); err != nil {
+		if err := add(m, "budgetd"+strconv.Itoa(i), grpcServing(addr, "", f.TLS)); err != nil {
 			return nil, err
 		}
 		budgetds = append(budgetds, addr)
@@ -152,12 +152,12 @@ func StartCompose(ctx context.Context, cfg ComposeConfig, unguarded bool) (*Flee
 		gp, mp := composeVerifierPort(i)
 		addr := "127.0.0.1:" + strconv.Itoa(gp)
 		m := &Member{Name: "verifier-" + strconv.Itoa(i), Role: RoleVerifier, Addr: addr, Metrics: "http://127.0.0.1:" + strconv.Itoa(mp) + "/metrics"}
-		if err := add(m, "verifier"+strconv.Itoa(i), grpcServing(addr, "")); err != nil {
+		if err := add(m, "verifier"+strconv.Itoa(i), grpcServing(addr, "", f.TLS)); err != nil {
 			return nil, err
 		}
 	}
 	gw := &Member{Name: "gateway-1", Role: RoleGateway, Addr: f.Target, Metrics: "http://127.0.0.1:9700/metrics"}
-	if err := add(gw, "gateway", gatewaySees(f.Target, gw.Metrics, composeVerifiers)); err != nil {
+	if err := add(gw, "gateway", gatewaySees(f.Target, gw.Metrics, composeVerifiers, f.TLS)); err != nil {
 		return nil, err
 	}
 	if !unguarded {

@@ -138,7 +138,7 @@ func runExperiment(ctx context.Context, f *Fleet, clients Clients, q request, ca
 	secs := int(math.Ceil((total + clients.patience()).Seconds())) + 2
 	start := time.Now().Add(200 * time.Millisecond).Truncate(time.Millisecond)
 	s := newSeries(start, secs)
-	pop, err := newPopulation(clients, q, f.Target, f.Budgetd, s, log)
+	pop, err := newPopulation(clients, q, f.Target, f.Budgetd, f.TLS, s, log)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leveehq/levee/pkg/budgetd"
+	"github.com/leveehq/levee/pkg/mtls"
 )
 
 // Role is what a fleet member does.
@@ -35,6 +36,10 @@ type Fleet struct {
 	Budgetd string
 	// Members are the fleet's processes or containers, in start order.
 	Members []*Member
+	// TLS is the identity the lab presents to the fleet (the admin
+	// certificate of its development set: any call, the capacity knob,
+	// budgetd's status); nil: the fleet is plaintext.
+	TLS *mtls.Source
 
 	close func() error
 }
@@ -151,7 +156,7 @@ func (f *Fleet) budgetdLeader(ctx context.Context) (*Member, error) {
 	var errs []error
 	for _, b := range bs {
 		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		leader, err := leaderOf(qctx, b.Addr)
+		leader, err := leaderOf(qctx, b.Addr, f.TLS)
 		cancel()
 		if err != nil {
 			errs = append(errs, err)
@@ -168,8 +173,8 @@ func (f *Fleet) budgetdLeader(ctx context.Context) (*Member, error) {
 }
 
 // leaderOf asks the budgetd replica at addr for the leader's address.
-func leaderOf(ctx context.Context, addr string) (string, error) {
-	resp, err := budgetd.QueryStatus(ctx, addr, "")
+func leaderOf(ctx context.Context, addr string, id *mtls.Source) (string, error) {
+	resp, err := budgetd.QueryStatus(ctx, addr, "", id)
 	if err != nil {
 		return "", err
 	}

@@ -12,12 +12,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/pkg/budget"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/client"
+	"github.com/leveehq/levee/pkg/mtls"
 )
 
 // population is a mix of clients ready to call one fleet during one
@@ -44,7 +44,7 @@ type population struct {
 // newPopulation dials the target and, for the levee population, starts
 // cfg.Levee.Processes budget clients against budgetdTarget ("" means no
 // budget: pkg/client then never retries).
-func newPopulation(cfg Clients, q request, target, budgetdTarget string, s *Series, log *slog.Logger) (*population, error) {
+func newPopulation(cfg Clients, q request, target, budgetdTarget string, id *mtls.Source, s *Series, log *slog.Logger) (*population, error) {
 	p := &population{cfg: cfg, q: q, s: s}
 	for k, share := range cfg.Mix {
 		if share > 0 {
@@ -62,7 +62,7 @@ func newPopulation(cfg Clients, q request, target, budgetdTarget string, s *Seri
 		}
 	}
 	for range cfg.Conns {
-		cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDisableRetry())
+		cc, err := grpc.NewClient(target, id.DialOption(""), grpc.WithDisableRetry())
 		if err != nil {
 			p.close()
 			return nil, fmt.Errorf("storm: dial %s: %w", target, err)
@@ -82,6 +82,7 @@ func newPopulation(cfg Clients, q request, target, budgetdTarget string, s *Seri
 				bc.ClientID = fmt.Sprintf("storm/%d/%s", i, budget.DefaultClientID())
 				bc.Keys = []string{cc.BudgetKey}
 				bc.Logger = log
+				bc.DialOptions = []grpc.DialOption{id.DialOption("")}
 				b, err := budget.New(bc)
 				if err != nil {
 					p.close()

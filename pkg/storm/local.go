@@ -6,17 +6,17 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/verify"
 )
 
@@ -43,6 +43,12 @@ type LocalConfig struct {
 	VerifierFlags, GatewayFlags, BudgetdFlags []string
 	// StartTimeout bounds the start of each member.
 	StartTimeout time.Duration
+	// Insecure runs the Levee fleet in plaintext, as its control always
+	// runs. Otherwise it runs mutual TLS on every hop (etcd included) from
+	// a development CA made for the fleet, and the lab presents the set's
+	// admin certificate: what TLS costs is then in Levee's figures and not
+	// in the control's.
+	Insecure bool
 	// Logger receives the lab's own progress; nil: slog.Default().
 	Logger *slog.Logger
 }
@@ -140,6 +146,20 @@ func StartLocal(ctx context.Context, cfg LocalConfig, unguarded bool) (_ *Fleet,
 		return a, b, errors.Join(err1, err2)
 	}
 
+	// Every member's transport security, as flags.
+	security := []string{"-insecure"}
+	scheme := "http://"
+	if !unguarded && !cfg.Insecure {
+		certs := filepath.Join(dir, "certs")
+		if err := mtls.WriteDevelopmentSet(mtls.DevelopmentSet{Dir: certs, ValidFor: 7 * 24 * time.Hour}, time.Now()); err != nil {
+			return nil, fmt.Errorf("storm: %w", err)
+		}
+		if f.TLS, err = (mtls.Settings{Dir: certs}).Load(mtls.IdentityAdmin, mtls.Options{}); err != nil {
+			return nil, fmt.Errorf("storm: %w", err)
+		}
+		security, scheme = []string{"-tls-dir", certs}, "https://"
+	}
+
 	var etcdURL string
 	var budgetds []string
 	if !unguarded {
@@ -147,10 +167,10 @@ func StartLocal(ctx context.Context, cfg LocalConfig, unguarded bool) (_ *Fleet,
 		if err != nil {
 			return nil, err
 		}
-		etcdURL = "http://" + client
+		etcdURL = scheme + client
 		m := &Member{Name: "etcd-1", Role: RoleEtcd, Addr: client}
-		if err := add(m, "levee", []string{"etcd", "-data-dir", filepath.Join(dir, "etcd"), "-name", "storm",
-			"-client-url", etcdURL, "-peer-url", "http://" + peer}, httpOK(etcdURL+"/health")); err != nil {
+		if err := add(m, "levee", append([]string{"etcd", "-data-dir", filepath.Join(dir, "etcd"), "-name", "storm",
+			"-client-url", etcdURL, "-peer-url", scheme + peer}, security...), grpcServing(client, "", f.TLS)); err != nil {
 			return nil, err
 		}
 		for i := range cfg.Budgetds {
@@ -159,8 +179,9 @@ func StartLocal(ctx context.Context, cfg LocalConfig, unguarded bool) (_ *Fleet,
 				return nil, err
 			}
 			m := &Member{Name: "budgetd-" + strconv.Itoa(i+1), Role: RoleBudgetd, Addr: addr, Metrics: "http://" + maddr + "/metrics"}
-			args := append([]string{"-etcd", etcdURL, "-listen", addr, "-advertise", addr, "-metrics-listen", maddr}, cfg.BudgetdFlags...)
-			if err := add(m, "budgetd", args, grpcServing(addr, "")); err != nil {
+			args := slices.Concat([]string{"-etcd", etcdURL, "-listen", addr, "-advertise", addr, "-metrics-listen", maddr},
+				security, cfg.BudgetdFlags)
+			if err := add(m, "budgetd", args, grpcServing(addr, "", f.TLS)); err != nil {
 				return nil, err
 			}
 			budgetds = append(budgetds, addr)
@@ -184,7 +205,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig, unguarded bool) (_ *Fleet,
 		} else {
 			args = append(args, "-etcd", etcdURL)
 		}
-		if err := add(m, "verifier", append(args, cfg.VerifierFlags...), grpcServing(addr, "")); err != nil {
+		if err := add(m, "verifier", slices.Concat(args, security, cfg.VerifierFlags), grpcServing(addr, "", f.TLS)); err != nil {
 			return nil, err
 		}
 		verifiers = append(verifiers, addr)
@@ -200,7 +221,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig, unguarded bool) (_ *Fleet,
 	} else {
 		args = append(args, "-etcd", etcdURL, "-budgetd", f.Budgetd)
 	}
-	if err := add(m, "gateway", append(args, cfg.GatewayFlags...), gatewaySees(addr, m.Metrics, cfg.Verifiers)); err != nil {
+	if err := add(m, "gateway", slices.Concat(args, security, cfg.GatewayFlags), gatewaySees(addr, m.Metrics, cfg.Verifiers, f.TLS)); err != nil {
 		return nil, err
 	}
 	f.Target = addr
@@ -242,9 +263,9 @@ func poll(ctx context.Context, f func(context.Context) error) error {
 
 // grpcServing waits until the gRPC health service at addr says SERVING for
 // service ("" is the server as a whole).
-func grpcServing(addr, service string) func(context.Context) error {
+func grpcServing(addr, service string, id *mtls.Source) func(context.Context) error {
 	return func(ctx context.Context) error {
-		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(addr, id.DialOption(""))
 		if err != nil {
 			return err
 		}
@@ -263,33 +284,11 @@ func grpcServing(addr, service string) func(context.Context) error {
 	}
 }
 
-// httpOK waits until url answers 200.
-func httpOK(url string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		return poll(ctx, func(ctx context.Context) error {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-			if err != nil {
-				return err
-			}
-			req.Close = true // leave no idle connection behind
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("%s: %s", url, resp.Status)
-			}
-			return nil
-		})
-	}
-}
-
 // gatewaySees waits until the gateway serves and counts n verifiers serving
 // (its levee_gateway_verifier_serving gauges, refreshed every second).
-func gatewaySees(addr, metricsURL string, n int) func(context.Context) error {
+func gatewaySees(addr, metricsURL string, n int, id *mtls.Source) func(context.Context) error {
 	return func(ctx context.Context) error {
-		if err := grpcServing(addr, "")(ctx); err != nil {
+		if err := grpcServing(addr, "", id)(ctx); err != nil {
 			return err
 		}
 		return poll(ctx, func(ctx context.Context) error {

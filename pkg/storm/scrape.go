@@ -216,7 +216,7 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 			defer wg.Done()
 			for _, b := range bs {
 				cctx, cancel := context.WithTimeout(ctx, timeout)
-				resp, err := budgetd.QueryStatus(cctx, b.Addr, "")
+				resp, err := budgetd.QueryStatus(cctx, b.Addr, "", sc.f.TLS)
 				cancel()
 				if err != nil {
 					continue

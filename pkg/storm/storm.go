@@ -279,7 +279,7 @@ func runOne(ctx context.Context, cfg Config, name string, q request, e Experimen
 		f = targetFleet(cfg.Target, cfg.TargetMetrics)
 	}
 	defer func() { err = errors.Join(err, f.Close()) }()
-	capacity, err := measureCapacity(ctx, f.Target, q, cfg.Capacity)
+	capacity, err := measureCapacity(ctx, f.Target, f.TLS, q, cfg.Capacity)
 	if err != nil {
 		return nil, err
 	}

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/pkg/mtls"
 )
 
 // TriggerKind is what a trigger does to the fleet for its duration.
@@ -177,10 +177,10 @@ func (t Trigger) begin(ctx context.Context, f *Fleet) (undo func(context.Context
 			if m.Role != RoleVerifier {
 				return nil, fmt.Errorf("storm: the capacity knob is a verifier's; %s is a %s", m.Name, m.Role)
 			}
-			if err := setKnob(ctx, m.Addr, t.WorkerFraction, t.Slowdown, t.Duration); err != nil {
+			if err := setKnob(ctx, m.Addr, f.TLS, t.WorkerFraction, t.Slowdown, t.Duration); err != nil {
 				return nil, fmt.Errorf("storm: capacity knob of %s: %w", m.Name, err)
 			}
-			undos = append(undos, func(ctx context.Context) error { return setKnob(ctx, m.Addr, 1, 1, 0) })
+			undos = append(undos, func(ctx context.Context) error { return setKnob(ctx, m.Addr, f.TLS, 1, 1, 0) })
 			continue
 		}
 		ctl, err := m.control()
@@ -210,8 +210,8 @@ func (t Trigger) begin(ctx context.Context, f *Fleet) (undo func(context.Context
 
 // setKnob sets a verifier's capacity knob; a duration makes the verifier
 // restore full capacity by itself when it elapses, should the lab die first.
-func setKnob(ctx context.Context, addr string, fraction, slowdown float64, d time.Duration) error {
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func setKnob(ctx context.Context, addr string, id *mtls.Source, fraction, slowdown float64, d time.Duration) error {
+	cc, err := grpc.NewClient(addr, id.DialOption(""))
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/leveehq/levee/pkg/bytesize"
 	"github.com/leveehq/levee/pkg/deadline"
+	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/registry"
 	"github.com/leveehq/levee/pkg/verify"
 )
@@ -95,6 +96,13 @@ type Config struct {
 	// even when its caller has left (workpool.Config.Unguarded). Never for
 	// production.
 	Unguarded bool
+
+	// TLS is the node's identity: it serves mutual TLS with it (a caller
+	// must present a certificate of the same CA), presents it to etcd, and
+	// SetCapacity then demands the admin role (mtls.RoleAdmin) of the
+	// caller's certificate. Nil is plaintext (-insecure), where the knob is
+	// guarded by EnableCapacityKnob alone: a trusted network only.
+	TLS *mtls.Source
 
 	// Logger receives operational logs; nil means slog.Default().
 	Logger *slog.Logger

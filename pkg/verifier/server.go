@@ -43,6 +43,7 @@ package verifier
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -58,7 +59,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -71,9 +71,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/internal/etcdclient"
 	"github.com/leveehq/levee/internal/serving"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/deadline"
+	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/registry"
 	"github.com/leveehq/levee/pkg/verify"
 	"github.com/leveehq/levee/pkg/workpool"
@@ -205,7 +207,11 @@ func New(cfg Config) (*Server, error) {
 		unary = slices.Delete(unary, 1, 2)
 		stream = slices.Delete(stream, 1, 2)
 	}
-	s.grpc = grpc.NewServer(
+	if !cfg.TLS.Plaintext() {
+		u, st := mtls.Authorize(mtls.RoleAdmin, verifyv1.VerifierAdminService_SetCapacity_FullMethodName)
+		unary, stream = append(unary, u), append(stream, st)
+	}
+	s.grpc = grpc.NewServer(append(cfg.TLS.ServerOptions(tls.RequireAndVerifyClientCert),
 		grpc.MaxRecvMsgSize(verify.MaxRequestSize),
 		// Gateways ping every connection (their ProbeInterval, 10 s at
 		// least) to find a hung verifier; grpc's default policy would
@@ -214,7 +220,7 @@ func New(cfg Config) (*Server, error) {
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 		orca.CallMetricsServerOption(s.load),
-	)
+	)...)
 	verifyv1.RegisterVerifyServiceServer(s.grpc, s)
 	verifyv1.RegisterVerifierAdminServiceServer(s.grpc, s.admin)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -307,15 +313,6 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) error {
 	return g.Wait()
 }
 
-// etcdKeepAliveTime and etcdKeepAliveTimeout are the etcd client's gRPC
-// pings: a connection that died silently is noticed and replaced, rather
-// than holding the re-registration until the process restarts. etcd refuses
-// pings more frequent than every 5 s.
-const (
-	etcdKeepAliveTime    = 10 * time.Second
-	etcdKeepAliveTimeout = 5 * time.Second
-)
-
 // registrar registers the server in etcd. A nil *registrar (no
 // EtcdEndpoints) registers nothing.
 type registrar struct {
@@ -340,14 +337,12 @@ func (s *Server) newRegistrar(lis net.Listener) (*registrar, error) {
 				"set AdvertiseAddr (-advertise): %w", addr, err)
 		}
 	}
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:            s.cfg.EtcdEndpoints,
-		DialTimeout:          s.cfg.EtcdDialTimeout,
-		DialKeepAliveTime:    etcdKeepAliveTime,
-		DialKeepAliveTimeout: etcdKeepAliveTimeout,
-		// The registration logs what matters (losses, re-registrations);
-		// the client's own retries would only repeat it.
-		Logger: zap.NewNop(),
+	// The registration logs what matters (losses, re-registrations); the
+	// client's own retries would only repeat it: no client logger.
+	cli, err := etcdclient.New(etcdclient.Config{
+		Endpoints:   s.cfg.EtcdEndpoints,
+		DialTimeout: s.cfg.EtcdDialTimeout,
+		TLS:         s.cfg.TLS,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("verifier: etcd client: %w", err)

@@ -65,7 +65,7 @@ func TestFleetBound(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var buf bytes.Buffer
-		if err := budgetd.PrintStatus(ctx, &buf, r.Addr(), "", false); err != nil {
+		if err := budgetd.PrintStatus(ctx, &buf, r.Addr(), "", nil, false); err != nil {
 			t.Fatalf("PrintStatus: %v", err)
 		}
 		out := buf.String()

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leveehq/levee/pkg/mtls"
+)
+
+func TestParse(t *testing.T) {
+	env := map[string]string{"LEVEE_MAX_QUEUE_WAIT": "750ms", "LEVEE_TLS_DIR": "/certs"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	cfg, o, err := parse([]string{"-etcd", "https://a:2379, https://b:2379", "-workers", "3",
+		"-argon2-memory-kib", "19456", "-argon2-iterations", "2", "-max-memory-kib", "131072",
+		"-pepper-file", "peppers.txt", "-resident-heap=false", "-log-json"}, io.Discard, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cfg.EtcdEndpoints, ","); got != "https://a:2379,https://b:2379" {
+		t.Errorf("EtcdEndpoints = %q", got)
+	}
+	if cfg.Workers != 3 || cfg.MaxQueueWait != 750*time.Millisecond || cfg.Policy.Params.Memory != 19456 ||
+		cfg.Policy.Params.Iterations != 2 || cfg.Limits.MaxMemoryKiB != 131072 {
+		t.Errorf("parsed %+v", cfg)
+	}
+	if o.pepperFile != "peppers.txt" || o.resident || !o.logJSON {
+		t.Errorf("options %+v", o)
+	}
+	if got, want := o.tls.Resolve(tlsIdentity), (mtls.Files{CA: "/certs/ca.crt", Cert: "/certs/verifier.crt", Key: "/certs/verifier.key"}); got != want {
+		t.Errorf("LEVEE_TLS_DIR=/certs resolves to %+v, want %+v", got, want)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		// Refuses to start in plaintext unless told to, and says how.
+		{nil, "levee certs"},
+		{[]string{"-insecure", "-tls-dir", "/certs"}, "pick one"},
+		{[]string{"-tls-cert", "v.crt", "-tls-key", "v.key"}, "-tls-ca"},
+		{[]string{"-insecure", "-argon2-parallelism", "300"}, "out of range"},
+		{[]string{"-insecure", "-workers", "-1"}, "Workers"},
+		{[]string{"-insecure", "extra"}, "unexpected argument"},
+		{[]string{"-insecure", "-memory-budget", "lots"}, "memory-budget"},
+	} {
+		_, _, err := parse(tc.args, io.Discard, func(string) (string, bool) { return "", false })
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parse(%q) = %v, want an error naming %q", tc.args, err, tc.want)
+		}
+	}
+}

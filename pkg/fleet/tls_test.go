@@ -1,0 +1,236 @@
+package fleet
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/internal/etcdclient"
+	"github.com/leveehq/levee/pkg/gateway"
+	"github.com/leveehq/levee/pkg/mtls"
+	"github.com/leveehq/levee/pkg/verify"
+)
+
+// A fleet run with a development set (what `levee local` runs):
+//
+//   - every internal port (budgetd, each verifier, etcd) refuses plaintext,
+//     TLS without a client certificate and a certificate of another CA, and
+//     serves one of the fleet's CA;
+//   - the gateway's public port serves TLS with or without a client
+//     certificate, and refuses plaintext and a certificate of another CA;
+//   - the capacity knob refuses a certificate without the admin role
+//     (PERMISSION_DENIED) and obeys the admin's;
+//   - etcd refuses a settings write from any identity but the admin's (etcd's
+//     own access control: gateway, verifier and client certificates may not
+//     write it), and takes the admin's;
+//   - certificates reissued on disk are served without a restart.
+func TestMutualTLSFleet(t *testing.T) {
+	dir, rogueDir := t.TempDir(), t.TempDir()
+	now := time.Now()
+	ca, err := mtls.NewCA("test CA", 24*time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := mtls.DevelopmentSet{Dir: dir, ValidFor: 24 * time.Hour}
+	if err := ca.WriteSet(set, now); err != nil {
+		t.Fatal(err)
+	}
+	// Another CA's set: valid certificates, the wrong authority.
+	if err := mtls.WriteDevelopmentSet(mtls.DevelopmentSet{Dir: rogueDir, ValidFor: 24 * time.Hour}, now); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := DefaultConfig()
+	cfg.Etcd.DataDir = t.TempDir()
+	cfg.Etcd.ClientURL = "127.0.0.1:" + strconv.Itoa(freePort(t))
+	cfg.Etcd.PeerURL = "127.0.0.1:" + strconv.Itoa(freePort(t))
+	cfg.GatewayPort, cfg.BudgetdPort, cfg.VerifierPort = 0, 0, 0
+	cfg.Workers = 1
+	cfg.Policy = verify.Policy{Params: verify.Params{Memory: 64, Iterations: 1, Parallelism: 1}, SaltLen: 16, KeyLen: 32}
+	cfg.EnableCapacityKnob = true
+	cfg.TLSDir = dir
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ready := make(chan Addresses, 1)
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, func(a Addresses) { ready <- a }) }()
+	var a Addresses
+	select {
+	case a = <-ready:
+	case err := <-done:
+		t.Fatalf("fleet ended before it was ready: %v", err)
+	case <-ctx.Done():
+		t.Fatal("fleet not ready within the test's deadline")
+	}
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("fleet: %v", err)
+		}
+	}()
+	if len(a.Etcd) != 1 || !strings.HasPrefix(a.Etcd[0], "https://") {
+		t.Fatalf("etcd endpoints %v, want one https:// URL", a.Etcd)
+	}
+	etcdURL, err := url.Parse(a.Etcd[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	caPool := x509.NewCertPool()
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil || !caPool.AppendCertsFromPEM(caPEM) {
+		t.Fatalf("ca.crt: %v", err)
+	}
+	keyPair := func(d, name string) []tls.Certificate {
+		c, err := tls.LoadX509KeyPair(filepath.Join(d, name+".crt"), filepath.Join(d, name+".key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []tls.Certificate{c}
+	}
+	transports := map[string]grpc.DialOption{
+		"plaintext": grpc.WithTransportCredentials(insecure.NewCredentials()),
+		"TLS without a client certificate": grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: caPool})),
+		// Sent whatever the server says it accepts (crypto/tls would
+		// otherwise send none, and the gateway then serves an anonymous
+		// caller, as it should).
+		"a client certificate of another CA": grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: caPool,
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+				return &keyPair(rogueDir, mtls.IdentityClient)[0], nil
+			}})),
+		"the fleet's client certificate": grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: caPool,
+			Certificates: keyPair(dir, mtls.IdentityClient)})),
+	}
+	health := func(addr string, transport grpc.DialOption) error {
+		cc, err := grpc.NewClient(addr, transport)
+		if err != nil {
+			return err
+		}
+		defer cc.Close()
+		hctx, hcancel := context.WithTimeout(ctx, 3*time.Second)
+		defer hcancel()
+		_, err = healthpb.NewHealthClient(cc).Check(hctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
+
+	internal := map[string]string{"budgetd": a.Budgetd, "etcd": etcdURL.Host}
+	for i, v := range a.Verifiers {
+		internal["verifier "+strconv.Itoa(i+1)] = v
+	}
+	for port, addr := range internal {
+		for how, transport := range transports {
+			err := health(addr, transport)
+			if want := how == "the fleet's client certificate"; (err == nil) != want {
+				t.Errorf("%s (%s) with %s: health check %v; want it served: %v", port, addr, how, err, want)
+			}
+		}
+	}
+	for how, transport := range transports {
+		err := health(a.Gateway, transport)
+		want := how == "the fleet's client certificate" || how == "TLS without a client certificate"
+		if (err == nil) != want {
+			t.Errorf("gateway (%s) with %s: health check %v; want it served: %v", a.Gateway, how, err, want)
+		}
+	}
+
+	// The capacity knob demands the admin role.
+	identity := func(name string) *mtls.Source {
+		src, err := mtls.Settings{Dir: dir}.Load(name, mtls.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return src
+	}
+	knob := func(id *mtls.Source) error {
+		cc, err := grpc.NewClient(a.Verifiers[0], id.DialOption(""))
+		if err != nil {
+			return err
+		}
+		defer cc.Close()
+		kctx, kcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer kcancel()
+		_, err = verifyv1.NewVerifierAdminServiceClient(cc).SetCapacity(kctx, &verifyv1.SetCapacityRequest{WorkerFraction: 1, Slowdown: 1})
+		return err
+	}
+	if err := knob(identity(mtls.IdentityClient)); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("SetCapacity with the client certificate: %v, want PermissionDenied", err)
+	}
+	if err := knob(identity(mtls.IdentityGateway)); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("SetCapacity with the gateway's certificate: %v, want PermissionDenied", err)
+	}
+	if err := knob(identity(mtls.IdentityAdmin)); err != nil {
+		t.Errorf("SetCapacity with the admin certificate: %v", err)
+	}
+
+	// Settings writes: only the admin's identity.
+	write := func(name string) error {
+		cli, err := etcdclient.New(etcdclient.Config{Endpoints: a.Etcd, DialTimeout: 5 * time.Second, TLS: identity(name)})
+		if err != nil {
+			return err
+		}
+		defer cli.Close()
+		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer wcancel()
+		return gateway.EditSettings(wctx, cli, gateway.DefaultSettingsKey, "set", []string{"clamp=40"}, io.Discard)
+	}
+	for _, name := range []string{mtls.IdentityClient, mtls.IdentityGateway, mtls.IdentityVerifier, mtls.IdentityBudgetd} {
+		if err := write(name); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+			t.Errorf("settings write as %s: %v, want etcd's permission denied", name, err)
+		}
+	}
+	if err := write(mtls.IdentityAdmin); err != nil {
+		t.Errorf("settings write as admin: %v", err)
+	}
+
+	// Rotation: every certificate reissued under the same CA is served
+	// within the reload interval (a second), without a restart.
+	served := func(addr string) *x509.Certificate {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: caPool, Certificates: keyPair(dir, mtls.IdentityAdmin)})
+		if err != nil {
+			t.Fatalf("%s: %v", addr, err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0]
+	}
+	before := map[string]string{}
+	for port, addr := range internal {
+		before[port] = served(addr).SerialNumber.String()
+	}
+	set.Force = true
+	if err := ca.WriteSet(set, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for port, addr := range internal {
+		deadline := time.Now().Add(10 * time.Second)
+		for served(addr).SerialNumber.String() == before[port] {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still serves its old certificate 10 s after it was reissued", port)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err := health(addr, identity(mtls.IdentityClient).DialOption("")); err != nil {
+			t.Errorf("%s after the rotation: %v", port, err)
+		}
+	}
+}

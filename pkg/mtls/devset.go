@@ -1,0 +1,133 @@
+package mtls
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// Identity names of a development set, one per kind of component, and the
+// file names (NAME.crt, NAME.key) Settings.Dir resolves them to.
+const (
+	IdentityEtcd     = "etcd"
+	IdentityBudgetd  = "budgetd"
+	IdentityVerifier = "verifier"
+	IdentityGateway  = "gateway"
+	// IdentityAdmin is the operator's: the admin role (settings writes, the
+	// capacity knob), and the identity of the command-line tools.
+	IdentityAdmin = "admin"
+	// IdentityClient is a caller of the gateway that presents a
+	// certificate (optional there).
+	IdentityClient = "client"
+)
+
+// devIdentity is one certificate of a development set.
+type devIdentity struct {
+	name string
+	// dns are the names its servers answer to (the compose services).
+	dns            []string
+	server, client bool
+	roles          []string
+}
+
+// devIdentities: one per kind of component, naming every replica of the
+// compose fleet, and two for people and programs that call the fleet.
+var devIdentities = []devIdentity{
+	{name: IdentityEtcd, dns: []string{"etcd1", "etcd2", "etcd3"}, server: true, client: true},
+	{name: IdentityBudgetd, dns: []string{"budgetd1", "budgetd2"}, server: true, client: true},
+	{name: IdentityVerifier, dns: []string{"verifier1", "verifier2", "verifier3"}, server: true, client: true},
+	{name: IdentityGateway, dns: []string{"gateway"}, server: true, client: true},
+	{name: IdentityAdmin, client: true, roles: []string{RoleAdmin}},
+	{name: IdentityClient, client: true},
+}
+
+// DevelopmentNames are the identities WriteDevelopmentSet writes, in order.
+func DevelopmentNames() []string {
+	var n []string
+	for _, id := range devIdentities {
+		n = append(n, id.name)
+	}
+	return n
+}
+
+// DevelopmentSet describes a development set of certificates.
+type DevelopmentSet struct {
+	// Dir receives ca.crt and NAME.crt, NAME.key for each identity.
+	Dir string
+	// DNS and IPs are named by every server certificate, besides
+	// localhost, 127.0.0.1, ::1 and the compose services.
+	DNS []string
+	IPs []net.IP
+	// ValidFor is how long the CA and the certificates are valid.
+	ValidFor time.Duration
+	// Force replaces a set already in Dir; without it WriteDevelopmentSet
+	// refuses to touch one.
+	Force bool
+}
+
+// ErrSetExists is WriteDevelopmentSet's error when Dir holds a set and Force
+// is not given.
+var ErrSetExists = errors.New("a certificate set is there already")
+
+// WriteDevelopmentSet makes a new CA and issues every identity of the set
+// from it into d.Dir (CA.WriteSet). The CA's key is not kept: reissuing
+// means a new set.
+func WriteDevelopmentSet(d DevelopmentSet, now time.Time) error {
+	if d.ValidFor <= 0 {
+		return errors.New("mtls: a development set needs a positive validity")
+	}
+	ca, err := NewCA("Levee development CA", d.ValidFor, now)
+	if err != nil {
+		return err
+	}
+	return ca.WriteSet(d, now)
+}
+
+// WriteSet issues every identity of a development set from ca into d.Dir,
+// with ca.crt beside them. Issued again into the same directory (Force), it
+// rotates every certificate under the same CA: what a component reloads
+// without a restart.
+func (ca *CA) WriteSet(d DevelopmentSet, now time.Time) error {
+	if d.ValidFor <= 0 {
+		return errors.New("mtls: a development set needs a positive validity")
+	}
+	if err := os.MkdirAll(d.Dir, 0o755); err != nil {
+		return fmt.Errorf("mtls: %w", err)
+	}
+	if !d.Force {
+		for _, n := range append(DevelopmentNames(), "ca") {
+			if _, err := os.Stat(filepath.Join(d.Dir, n+".crt")); err == nil {
+				return fmt.Errorf("mtls: %s holds %s.crt: %w", d.Dir, n, ErrSetExists)
+			}
+		}
+	}
+	for _, id := range devIdentities {
+		leaf := Leaf{Name: id.name, Server: id.server, Client: id.client, Roles: id.roles, ValidFor: d.ValidFor}
+		if id.server {
+			leaf.DNS = slices.Concat([]string{"localhost"}, id.dns, d.DNS)
+			leaf.IPs = slices.Concat([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, d.IPs)
+		}
+		if _, err := ca.WriteFiles(d.Dir, id.name, leaf, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// UsableDevelopmentSet reports whether dir holds a whole set that loads and
+// stays valid for at least another day (what `levee local` reuses rather
+// than making a new CA each start).
+func UsableDevelopmentSet(dir string, now time.Time) bool {
+	s := Settings{Dir: dir}
+	for _, n := range DevelopmentNames() {
+		src, err := s.Load(n, Options{})
+		if err != nil || src.Leaf().NotAfter.Before(now.Add(24*time.Hour)) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,72 @@
+package mtls
+
+import (
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+// A development set loads for every identity; its server certificates name
+// loopback, the compose services and the hosts given; the admin certificate
+// alone grants the admin role; keys are private to their owner; a second
+// write without Force is refused; and a set that expires within a day is
+// not reused.
+func TestDevelopmentSet(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	set := DevelopmentSet{Dir: dir, DNS: []string{"verifier.internal"}, IPs: []net.IP{net.ParseIP("10.0.0.7")}, ValidFor: 48 * time.Hour}
+	if err := WriteDevelopmentSet(set, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range devIdentities {
+		src, err := Settings{Dir: dir}.Load(id.name, Options{})
+		if err != nil {
+			t.Fatalf("%s: %v", id.name, err)
+		}
+		leaf := src.Leaf()
+		if id.server {
+			for _, name := range append([]string{"localhost", "127.0.0.1", "::1", "verifier.internal", "10.0.0.7"}, id.dns...) {
+				if err := leaf.VerifyHostname(name); err != nil {
+					t.Errorf("%s: %v", id.name, err)
+				}
+			}
+		} else if len(leaf.DNSNames)+len(leaf.IPAddresses) > 0 {
+			t.Errorf("%s: a client-only certificate names %v %v", id.name, leaf.DNSNames, leaf.IPAddresses)
+		}
+		var roles []string
+		for _, u := range leaf.URIs {
+			roles = append(roles, u.String())
+		}
+		want := []string(nil)
+		if id.name == IdentityAdmin {
+			want = []string{"urn:levee:role:admin"}
+		}
+		if !slices.Equal(roles, want) {
+			t.Errorf("%s: role URIs %v, want %v", id.name, roles, want)
+		}
+		if fi, err := os.Stat(filepath.Join(dir, id.name+".key")); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s.key: %v; want mode 0600", id.name, err)
+		}
+	}
+	if !UsableDevelopmentSet(dir, now) {
+		t.Errorf("a fresh set valid for two days is not usable")
+	}
+	if UsableDevelopmentSet(dir, now.Add(36*time.Hour)) {
+		t.Errorf("a set expiring within a day is usable")
+	}
+	if err := WriteDevelopmentSet(set, now); !errors.Is(err, ErrSetExists) {
+		t.Errorf("second write without Force: %v, want ErrSetExists", err)
+	}
+	set.Force = true
+	if err := WriteDevelopmentSet(set, now); err != nil {
+		t.Errorf("second write with Force: %v", err)
+	}
+	os.Remove(filepath.Join(dir, IdentityGateway+".key"))
+	if UsableDevelopmentSet(dir, now) {
+		t.Errorf("a set missing a key is usable")
+	}
+}

@@ -9,15 +9,21 @@
 #
 #   CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags='-s -w' -o deploy/bin/image/ ./cmd/...
 #   CGO_ENABLED=0 GOBIN=$PWD/deploy/bin/image go install github.com/grpc-ecosystem/grpc-health-probe@v0.4.63
+#   mkdir -p deploy/bin/certs-mount
 #   docker build -t levee/levee:dev .
 #
-# No CA certificates, time zone data or /etc/passwd: Levee speaks plaintext
-# gRPC and HTTP inside the compose network, logs in UTC and looks up no user
+# No CA certificates, time zone data or /etc/passwd: Levee trusts only the CA
+# bundle it is given (-tls-dir, -tls-ca), logs in UTC and looks up no user
 # names. No ENTRYPOINT, CMD or EXPOSE: each service names its command and
 # ports. No shell either: run a command as `docker compose run --rm --no-deps
 # budgetd1 budgetd status -addr budgetd1:7702`, not through sh.
 FROM scratch
 COPY deploy/bin/image/ /usr/local/bin/
+# An empty /certs owned by the user below: a named volume mounted there is
+# created with this owner, so the compose fleet's certs service (levee certs,
+# as this user) can write its certificates, and keys of mode 0600 stay
+# readable by every Levee service, which runs as the same user.
+COPY --chown=65532:65532 deploy/bin/certs-mount/ /certs/
 ENV PATH=/usr/local/bin
 # Nothing is written to disk with an external etcd; budgetd's embedded etcd
 # (no -etcd) would need a writable volume for -data-dir.

@@ -15,6 +15,9 @@ GRPCURL=github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4
 # (/usr/local/bin), host/ holds tools the scripts run on this machine.
 IMAGE_BIN=deploy/bin/image
 HOST_BIN=deploy/bin/host
+# The compose fleet's CA and the admin and client identities, copied out of
+# its certs volume for tools on this machine (grpcurl, levee, the lab).
+HOST_CERTS=deploy/bin/certs
 
 die() {
   echo "$(basename "$0"): $*" >&2

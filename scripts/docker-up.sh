@@ -33,6 +33,7 @@ fi
 grpcurl="$HOST_BIN/grpcurl"
 [ -x "$grpcurl" ] || GOBIN="$PWD/$HOST_BIN" go install "$GRPCURL"
 
+mkdir -p deploy/bin/certs-mount # empty: /certs in the image, owned by its user
 docker build -q -t "$LEVEE_IMAGE" . >/dev/null
 echo "built $LEVEE_IMAGE with: $(cd "$IMAGE_BIN" && echo *)" >&2
 if ! docker image inspect "$ETCD_IMAGE" >/dev/null 2>&1 && ! docker pull "$ETCD_IMAGE"; then
@@ -52,8 +53,9 @@ unhealthy() { # prints the containers not (yet) healthy; fails when it cannot te
   ids=$(compose ps -a -q) && [ -n "$ids" ] || return 1 # -a: an exited one too
   # shellcheck disable=SC2086 # one argument per container id
   states=$(docker inspect $ids --format \
-    '{{.Name}} {{if .State.Health}}{{.State.Health.Status}}{{else}}{{.State.Status}}{{end}}') || return 1
-  echo "$states" | grep -v ' healthy$' || true
+    '{{.Name}} {{if .State.Health}}{{.State.Health.Status}}{{else}}{{.State.Status}}:{{.State.ExitCode}}{{end}}') || return 1
+  # The one-shot services (certs, etcd-auth) are done once exited with 0.
+  echo "$states" | grep -v -e ' healthy$' -e ' exited:0$' || true
 }
 until out=$(unhealthy) && [ -z "$out" ]; do
   if [ "$SECONDS" -ge "$deadline" ]; then
@@ -63,18 +65,30 @@ until out=$(unhealthy) && [ -z "$out" ]; do
   sleep 2
 done
 compose ps
-"$grpcurl" -plaintext -max-time 5 127.0.0.1:7700 grpc.health.v1.Health/Check | grep -q '"SERVING"' ||
+
+# The development CA and the identities tools on this host present: the
+# admin's (settings, the capacity knob, budgetd status) and a client's.
+certs_id=$(compose ps -q certs) && [ -n "$certs_id" ] || die "no container of the certs service"
+rm -rf "$HOST_CERTS" && mkdir -p "$HOST_CERTS"
+for f in ca.crt admin.crt admin.key client.crt client.key; do
+  docker cp "$certs_id:/certs/$f" "$HOST_CERTS/$f"
+done
+chmod 600 "$HOST_CERTS"/*.key
+tls=(-cacert "$HOST_CERTS/ca.crt" -cert "$HOST_CERTS/client.crt" -key "$HOST_CERTS/client.key")
+"$grpcurl" "${tls[@]}" -max-time 5 127.0.0.1:7700 grpc.health.v1.Health/Check | grep -q '"SERVING"' ||
   die "the gateway is healthy but 127.0.0.1:7700 does not answer SERVING"
+"$grpcurl" -plaintext -max-time 5 127.0.0.1:7700 grpc.health.v1.Health/Check >/dev/null 2>&1 &&
+  die "the gateway answers plaintext: TLS is off"
 
 # aHVudGVyMg== is "hunter2": passwords are bytes, so JSON carries base64.
 echo "Hash through the gateway:" >&2
-hash=$("$grpcurl" -plaintext -max-time 10 -d '{"password":"aHVudGVyMg=="}' \
+hash=$("$grpcurl" "${tls[@]}" -max-time 10 -d '{"password":"aHVudGVyMg=="}' \
   127.0.0.1:7700 levee.verify.v1.VerifyService/Hash | sed -n 's/.*"encodedHash": *"\([^"]*\)".*/\1/p')
 [ -n "$hash" ] || die "Hash returned no encodedHash"
 echo "  $hash" >&2
 echo "Verify through the gateway:" >&2
-result=$("$grpcurl" -plaintext -max-time 10 -d "{\"encoded_hash\":\"$hash\",\"password\":\"aHVudGVyMg==\"}" \
+result=$("$grpcurl" "${tls[@]}" -max-time 10 -d "{\"encoded_hash\":\"$hash\",\"password\":\"aHVudGVyMg==\"}" \
   127.0.0.1:7700 levee.verify.v1.VerifyService/Verify)
 echo "$result"
 echo "$result" | grep -q '"match": *true' || die "Verify did not match"
-echo "Levee is up: gRPC 127.0.0.1:7700, metrics http://127.0.0.1:9700/metrics (docs/docker.md)" >&2
+echo "Levee is up: gRPC with TLS on 127.0.0.1:7700 (CA: $HOST_CERTS/ca.crt), metrics http://127.0.0.1:9700/metrics (docs/docker.md)" >&2

@@ -20,8 +20,9 @@ func certsCmd(args []string, stdout, stderr io.Writer) error {
 	hosts := fs.String("hosts", "", "more DNS names or IP addresses for every server certificate, comma-separated")
 	validFor := fs.Duration("valid-for", 90*24*time.Hour, "how long the CA and the certificates are valid")
 	force := fs.Bool("force", false, "replace certificates already in -out")
+	reuse := fs.Bool("reuse", false, "keep a set already in -out that loads and is valid for another day; make one otherwise (compose's certs service)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, `usage: levee certs [-out DIR] [-hosts a,b] [-valid-for 2160h] [-force]
+		fmt.Fprintf(stderr, `usage: levee certs [-out DIR] [-hosts a,b] [-valid-for 2160h] [-force | -reuse]
 
 Makes a development certificate authority and a certificate for each kind
 of component (%s), for mTLS between them in a
@@ -52,6 +53,16 @@ names and roles from your own PKI.
 		}
 	}
 	now := time.Now()
+	if *force && *reuse {
+		return errors.New("levee certs: -force and -reuse: pick one")
+	}
+	if *reuse {
+		if mtls.UsableDevelopmentSet(*out, now) {
+			fmt.Fprintf(stdout, "levee certs: %s holds a usable set; kept\n", *out)
+			return nil
+		}
+		*force = true // a set that does not load or expires within a day is replaced
+	}
 	set := mtls.DevelopmentSet{Dir: *out, DNS: extraDNS, IPs: extraIPs, ValidFor: *validFor, Force: *force}
 	if err := mtls.WriteDevelopmentSet(set, now); err != nil {
 		if errors.Is(err, mtls.ErrSetExists) {

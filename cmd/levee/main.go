@@ -9,6 +9,7 @@
 //	levee storm    [flags]           the lab: drive a fleet through a failure
 //	levee etcd     [flags]           a single-member embedded etcd (labs, development)
 //	levee certs    [-out DIR]        a development CA and a certificate per component
+//	levee etcd-auth [-etcd ...]      etcd's access control for the fleet's identities
 //
 // Flags can also be set through the environment: -etcd is LEVEE_ETCD.
 package main
@@ -62,6 +63,10 @@ commands:
   certs      make a development CA and a certificate for each component
              (mTLS in a development or compose fleet; levee certs -h):
                levee certs -out certs
+  etcd-auth  turn on etcd's access control for the fleet: a user per
+             component's certificate, each allowed only its own keys, and
+             settings writes for the admin alone (acting as the admin):
+               levee etcd-auth -etcd https://etcd1:2379 -tls-dir certs
 `
 
 func main() {
@@ -96,6 +101,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return etcdCmd(ctx, args[1:], stderr)
 	case "certs":
 		return certsCmd(args[1:], stdout, stderr)
+	case "etcd-auth":
+		return etcdAuthCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -206,6 +213,7 @@ func etcdCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.PeerURL, "peer-url", cfg.PeerURL, "peer URL to listen on and advertise")
 	fs.StringVar(&cfg.Name, "name", cfg.Name, "member name")
 	level := fs.String("log-level", "error", "least severe etcd log shown: debug, info, warn, error")
+	auth := fs.Bool("auth", false, "turn on etcd's access control for the fleet once serving, as levee etcd-auth does (with -tls-dir, as its admin)")
 	var sec mtls.Settings
 	sec.AddFlags(fs)
 	if err := flagenv.Parse(fs, args, nil); err != nil {
@@ -214,8 +222,18 @@ func etcdCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := sec.Check(mtls.IdentityEtcd); err != nil {
 		return err
 	}
+	var admin *mtls.Source
 	if !sec.Insecure {
 		cfg.TLS = sec.Resolve(mtls.IdentityEtcd)
+	}
+	if *auth {
+		if sec.Dir == "" {
+			return errors.New("etcd: -auth acts as the admin of a -tls-dir set; give -tls-dir")
+		}
+		var err error
+		if admin, err = (mtls.Settings{Dir: sec.Dir}).Load(mtls.IdentityAdmin, mtls.Options{}); err != nil {
+			return err
+		}
 	}
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(*level)); err != nil {
@@ -226,7 +244,13 @@ func etcdCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log.Info("etcd serving", "endpoints", strings.Join(e.Endpoints(), ","), "data_dir", cfg.DataDir)
+	if admin != nil {
+		if err := fleet.EnableEtcdAuth(ctx, e.Endpoints(), admin); err != nil {
+			e.Close()
+			return fmt.Errorf("etcd: access control: %w", err)
+		}
+	}
+	log.Info("etcd serving", "endpoints", strings.Join(e.Endpoints(), ","), "data_dir", cfg.DataDir, "access_control", admin != nil)
 	<-ctx.Done()
 	e.Close()
 	return nil
@@ -341,4 +365,35 @@ func calibrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return res.WriteJSON(stdout)
 	}
 	return res.WriteText(stdout)
+}
+
+// etcdAuthCmd turns on etcd's access control for the fleet (etcdauth),
+// presenting the admin identity.
+func etcdAuthCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("levee etcd-auth", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	etcd := fs.String("etcd", "127.0.0.1:2379", "comma-separated etcd endpoints")
+	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
+	var sec mtls.Settings
+	sec.AddFlags(fs)
+	if err := flagenv.Parse(fs, args, nil); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("etcd-auth: unexpected argument %q", fs.Arg(0))
+	}
+	if sec.Insecure {
+		return errors.New("etcd-auth: etcd takes its users from client certificates: give the admin's (-tls-dir)")
+	}
+	admin, err := sec.Load(mtls.IdentityAdmin, mtls.Options{})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	if err := fleet.EnableEtcdAuth(ctx, flagenv.List(*etcd), admin); err != nil {
+		return fmt.Errorf("etcd-auth: %w", err)
+	}
+	fmt.Fprintln(stdout, "levee etcd-auth: access control on; users verifier, gateway, budgetd (their own keys) and admin (everything)")
+	return nil
 }

@@ -124,8 +124,12 @@ func Run(ctx context.Context, cfg Config, ready func(Addresses)) error {
 	defer etcd.Close()
 	endpoints := etcd.Endpoints()
 	if cfg.TLSDir != "" {
-		if err := enableEtcdAuth(ctx, endpoints, cfg.TLSDir); err != nil {
-			return fmt.Errorf("fleet: %w", err)
+		admin, err := mtls.Settings{Dir: cfg.TLSDir}.Load(mtls.IdentityAdmin, mtls.Options{})
+		if err == nil {
+			err = EnableEtcdAuth(ctx, endpoints, admin)
+		}
+		if err != nil {
+			return fmt.Errorf("fleet: etcd access control: %w", err)
 		}
 	}
 
@@ -328,13 +332,9 @@ func EtcdLayout() etcdauth.Layout {
 	}
 }
 
-// enableEtcdAuth turns on etcd's access control (etcdauth) as the admin
-// identity of the development set in dir.
-func enableEtcdAuth(ctx context.Context, endpoints []string, dir string) error {
-	admin, err := mtls.Settings{Dir: dir}.Load(mtls.IdentityAdmin, mtls.Options{})
-	if err != nil {
-		return err
-	}
+// EnableEtcdAuth turns on etcd's access control for the fleet's identities
+// (etcdauth, with EtcdLayout), presenting admin, within a 30 s bound.
+func EnableEtcdAuth(ctx context.Context, endpoints []string, admin *mtls.Source) error {
 	cli, err := etcdclient.New(etcdclient.Config{Endpoints: endpoints, DialTimeout: 10 * time.Second, TLS: admin})
 	if err != nil {
 		return err

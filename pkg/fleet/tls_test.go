@@ -110,7 +110,7 @@ func TestMutualTLSFleet(t *testing.T) {
 		return []tls.Certificate{c}
 	}
 	transports := map[string]grpc.DialOption{
-		"plaintext": grpc.WithTransportCredentials(insecure.NewCredentials()),
+		"plaintext":                        grpc.WithTransportCredentials(insecure.NewCredentials()),
 		"TLS without a client certificate": grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: caPool})),
 		// Sent whatever the server says it accepts (crypto/tls would
 		// otherwise send none, and the gateway then serves an anonymous

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/leveehq/levee/pkg/mtls"
 )
 
 // ComposeConfig describes the compose fleet of docker-compose.yml as the lab
@@ -108,7 +111,9 @@ func StartCompose(ctx context.Context, cfg ComposeConfig, unguarded bool) (*Flee
 	}
 	sctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
-	if _, err := cfg.compose(sctx, unguarded, "up", "-d", "etcd1", "etcd2", "etcd3"); err != nil {
+	// etcd and what it depends on and needs: the certificates first, its
+	// access control once it is up.
+	if _, err := cfg.compose(sctx, unguarded, "up", "-d", "etcd1", "etcd2", "etcd3", "etcd-auth"); err != nil {
 		return nil, err
 	}
 	if _, err := cfg.compose(sctx, unguarded, append([]string{"up", "-d", "--force-recreate", "--no-deps"}, leveeServices...)...); err != nil {
@@ -122,6 +127,13 @@ func StartCompose(ctx context.Context, cfg ComposeConfig, unguarded bool) (*Flee
 			err = fmt.Errorf("storm: compose service %s has no container", service)
 		}
 		return id, err
+	}
+	id, err := container("certs")
+	if err != nil {
+		return nil, err
+	}
+	if f.TLS, err = composeAdmin(sctx, id, filepath.Join(cfg.Root, "deploy", "bin", "certs")); err != nil {
+		return nil, err
 	}
 	var budgetds []string
 	add := func(m *Member, service string, ready func(context.Context) error) error {
@@ -180,6 +192,24 @@ func StartCompose(ctx context.Context, cfg ComposeConfig, unguarded bool) (*Flee
 	}
 	log.Info("compose fleet up", "fleet", name, "gateway", f.Target)
 	return f, nil
+}
+
+// composeAdmin copies the compose fleet's CA and admin identity out of the
+// certs service's container into dir (as scripts/docker-up.sh does) and
+// loads the admin identity, which the lab presents to the fleet.
+func composeAdmin(ctx context.Context, certsContainer, dir string) (*mtls.Source, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("storm: %w", err)
+	}
+	for _, f := range []string{"ca.crt", mtls.IdentityAdmin + ".crt", mtls.IdentityAdmin + ".key"} {
+		if _, err := docker(ctx, "cp", certsContainer+":/certs/"+f, filepath.Join(dir, f)); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.Chmod(filepath.Join(dir, mtls.IdentityAdmin+".key"), 0o600); err != nil {
+		return nil, fmt.Errorf("storm: %w", err)
+	}
+	return mtls.Settings{Dir: dir}.Load(mtls.IdentityAdmin, mtls.Options{})
 }
 
 // containerCtl acts on one container of the compose fleet.

@@ -147,7 +147,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig, unguarded bool) (_ *Fleet,
 	}
 
 	// Every member's transport security, as flags.
-	security := []string{"-insecure"}
+	security, etcdAuth := []string{"-insecure"}, []string(nil)
 	scheme := "http://"
 	if !unguarded && !cfg.Insecure {
 		certs := filepath.Join(dir, "certs")
@@ -158,6 +158,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig, unguarded bool) (_ *Fleet,
 			return nil, fmt.Errorf("storm: %w", err)
 		}
 		security, scheme = []string{"-tls-dir", certs}, "https://"
+		etcdAuth = []string{"-auth"}
 	}
 
 	var etcdURL string
@@ -170,7 +171,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig, unguarded bool) (_ *Fleet,
 		etcdURL = scheme + client
 		m := &Member{Name: "etcd-1", Role: RoleEtcd, Addr: client}
 		if err := add(m, "levee", append([]string{"etcd", "-data-dir", filepath.Join(dir, "etcd"), "-name", "storm",
-			"-client-url", etcdURL, "-peer-url", scheme + peer}, security...), grpcServing(client, "", f.TLS)); err != nil {
+			"-client-url", etcdURL, "-peer-url", scheme + peer}, slices.Concat(security, etcdAuth)...), grpcServing(client, "", f.TLS)); err != nil {
 			return nil, err
 		}
 		for i := range cfg.Budgetds {

@@ -16,26 +16,13 @@ cd "$(dirname "$0")/.."
 check_compose_images
 
 if [ ! -x /usr/bin/etcd ] || [ ! -x /usr/bin/etcdctl ]; then
-  command -v apt-get >/dev/null ||
-    die "/usr/bin/etcd or /usr/bin/etcdctl is missing and there is no apt-get: install etcd 3.4 or later"
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo=sudo
-  $sudo apt-get install -y --no-install-recommends etcd-server etcd-client
+  apt_install etcd-server etcd-client
 fi
 
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
-mkdir -p "$ctx/rootfs/usr/local/bin"
 cp deploy/etcd/Dockerfile "$ctx/"
-for bin in etcd etcdctl; do
-  cp /usr/bin/$bin "$ctx/rootfs/usr/local/bin/"
-  # ldd prints "libc.so.6 => /lib/.../libc.so.6 (0x...)" and
-  # "/lib64/ld-linux-x86-64.so.2 (0x...)"; a static binary prints no path.
-  for lib in $(ldd /usr/bin/$bin 2>/dev/null | grep -o '/[^ ]*' || true); do
-    mkdir -p "$ctx/rootfs$(dirname "$lib")"
-    cp -L "$lib" "$ctx/rootfs$lib" # the loader is a symlink: copy its target
-  done
-done
+standin_rootfs "$ctx" /usr/bin/etcd /usr/bin/etcdctl
 
 echo "building $ETCD_IMAGE from $(/usr/bin/etcd --version | sed -n 1p) (Debian etcd-server), a local stand-in" >&2
 docker build -q -t "$ETCD_IMAGE" "$ctx"

@@ -31,6 +31,8 @@ verifier is stopped (SIGSTOP) for 10 s; report in ./storm-out.
   levee storm -grid                                   the whole grid (hours)
   levee storm -ramp                                   0.2 C → 10 C → 0.2 C: any hysteresis?
   levee storm -sim                                    the seed's fleet at C = 1,000/s, simulated
+  levee storm -fleet compose -faults                  the fault suite on the compose fleet (docs/faults.md)
+  levee storm -soak 30m                               30 minutes at 0.8 C: does any member grow?
   levee storm -fleet target -target host:7700 -trigger spike -spike 3
 
 See docs/lab.md for every experiment and verdict.
@@ -87,6 +89,11 @@ func parseStorm(args []string, stderr io.Writer, lookup func(string) (string, bo
 	fs.IntVar(&cfg.Sim.Processes, "sim-processes", cfg.Sim.Processes, "sim: client processes")
 	fs.Float64Var(&cfg.Sim.Ratio, "sim-ratio", cfg.Sim.Ratio, "sim: budget ratio (retries per first attempt)")
 	fs.DurationVar(&cfg.Sim.After, "sim-after", cfg.Sim.After, "sim: how long to watch after the stall")
+	soak := fs.Duration("soak", 0, "soak: this long at -soak-load on one Levee fleet, watching every member's memory, goroutines and open files for growth (e.g. 30m)")
+	fs.Float64Var(&cfg.Soak.Load, "soak-load", cfg.Soak.Load, "soak: offered load (× C)")
+	faults := fs.Bool("faults", false, "run the fault suite against one Levee fleet ("+strings.Join(storm.FaultNames, ", ")+"); with -fleet compose (docs/faults.md)")
+	fs.BoolVar(&cfg.Faults.Short, "faults-short", false, "fault suite: every fault briefly (what CI runs)")
+	faultsOnly := fs.String("faults-only", "", "fault suite: only these faults, comma-separated")
 	ramp := fs.Bool("ramp", false, "run the triangle ramp -ramp-low → -ramp-high → -ramp-low (× C) instead of a trigger")
 	fs.Float64Var(&cfg.Ramp.Low, "ramp-low", cfg.Ramp.Low, "ramp: lowest load (× C)")
 	fs.Float64Var(&cfg.Ramp.High, "ramp-high", cfg.Ramp.High, "ramp: highest load (× C)")
@@ -186,8 +193,16 @@ func parseStorm(args []string, stderr io.Writer, lookup func(string) (string, bo
 	if e.Trigger, err = storm.ParseTrigger(*trigger, e.Trigger); err != nil {
 		return cfg, false, err
 	}
-	if btoi(*grid)+btoi(*ramp)+btoi(*sim) > 1 {
-		return cfg, false, errors.New("storm: -grid, -ramp and -sim are different experiments; pick one")
+	if btoi(*grid)+btoi(*ramp)+btoi(*sim)+btoi(*faults)+btoi(*soak > 0) > 1 {
+		return cfg, false, errors.New("storm: -grid, -ramp, -sim, -faults and -soak are different experiments; pick one")
+	}
+	if *soak > 0 {
+		cfg.Mode = storm.SoakMode
+		cfg.Soak.Duration = *soak
+	}
+	if *faults {
+		cfg.Mode = storm.FaultsMode
+		cfg.Faults.Only = flagenv.List(*faultsOnly)
 	}
 	if *sim {
 		cfg.Mode = storm.SimMode

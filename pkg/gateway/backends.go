@@ -36,6 +36,9 @@ type backend struct {
 	workers atomic.Int64 // its workers, from its last answer (0: not known, or forgotten)
 	workAt  atomic.Int64 // unix nanos of the last answer that said how many
 	queue   atomic.Int64 // calls it may hold beyond its workers (see Gateway.fitQueues)
+	// queueSizes holds the queue sizes its service times asked for over
+	// the last seconds (see fitQueue).
+	queueSizes maxWindow
 	serving atomic.Bool  // last word of its health stream
 	service serviceTimes // its recent service times, for the capacity estimate and its queue
 	answers answerCounts // its recent answers, good and bad, for outlier ejection
@@ -44,6 +47,21 @@ type backend struct {
 
 	stop context.CancelFunc
 	done chan struct{} // closed when its goroutine (health, then close) ends
+}
+
+// fitQueue sizes b's queue in time: what its workers finish in delay at
+// its median service time (queueFor), held at the largest size asked for
+// over the last seconds (queueSizes, rolled once a second by
+// Gateway.fitQueues). A burst of slow hashes — the host busy for a moment —
+// then takes no slots away from the next Poisson burst (the verifier's own
+// admission still bounds the wait, by its projections); a slowdown that
+// lasts shrinks the queue once the held sizes have rolled out. It reports
+// whether the size changed.
+func (b *backend) fitQueue(delay time.Duration) bool {
+	q := queueFor(max(b.workers.Load(), 1), b.service.median(), delay)
+	b.queueSizes.add(q)
+	q = max(q, b.queueSizes.peek())
+	return b.queue.Swap(q) != q
 }
 
 // eligible reports whether b may be picked at all (its breaker aside).

@@ -480,7 +480,8 @@ func (g *Gateway) fitQueues() {
 	now := time.Now()
 	for _, b := range g.backends.list() {
 		b.expireWorkers(now)
-		b.queue.Store(queueFor(max(b.workers.Load(), 1), b.service.median(), delay))
+		b.queueSizes.roll()
+		b.fitQueue(delay)
 	}
 }
 
@@ -770,8 +771,7 @@ func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f cal
 		}
 		if service > 0 {
 			b.service.observe(service)
-			q := queueFor(max(b.workers.Load(), 1), b.service.median(), g.cfg.VerifierQueueDelay)
-			if b.queue.Swap(q) != q {
+			if b.fitQueue(g.cfg.VerifierQueueDelay) {
 				g.fitCeiling()
 			}
 		}

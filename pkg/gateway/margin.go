@@ -86,6 +86,14 @@ func (w *maxWindow) add(v int64) {
 	}
 }
 
+// peek is the highest value added over the last len(ring) rolls and since
+// the last one, without rolling.
+func (w *maxWindow) peek() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return max(w.cur.Load(), slices.Max(w.ring[:]))
+}
+
 func (w *maxWindow) roll() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -132,7 +132,11 @@ func StartCompose(ctx context.Context, cfg ComposeConfig, unguarded bool) (*Flee
 	if err != nil {
 		return nil, err
 	}
-	if f.TLS, err = composeAdmin(sctx, id, filepath.Join(cfg.Root, "deploy", "bin", "certs")); err != nil {
+	certs := filepath.Join(cfg.Root, "deploy", "bin", "certs") // where scripts/docker-up.sh copies them
+	if cfg.Project != "" {
+		certs += "-" + cfg.Project
+	}
+	if f.TLS, err = composeAdmin(sctx, id, certs); err != nil {
 		return nil, err
 	}
 	var budgetds []string
@@ -218,6 +222,7 @@ type containerCtl struct {
 	ready  func(context.Context) error
 	paused bool
 	cut    bool
+	cutOff []string // addresses partition dropped
 }
 
 var _ controller = (*containerCtl)(nil)
@@ -269,6 +274,83 @@ func (c *containerCtl) restart(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	return c.ready(rctx)
+}
+
+// drain stops the container as docker stop does (SIGTERM, then SIGKILL
+// after its stop_grace_period) and waits for it.
+func (c *containerCtl) drain(context.Context) error { return c.run("stop") }
+
+// partitionRule is the iptables comment that marks the lab's rules.
+const partitionRule = "levee-storm-partition"
+
+// partition drops every packet between the container and each peer's
+// addresses on the compose networks, with iptables rules in the
+// container's own network namespace (entered through its PID; the
+// images have no iptables of their own). heal removes them.
+func (c *containerCtl) partition(peers []controller) error {
+	var addrs []string
+	for _, p := range peers {
+		pc, ok := p.(*containerCtl)
+		if !ok {
+			return errLocalPartition
+		}
+		ips, err := pc.addresses()
+		if err != nil {
+			return err
+		}
+		addrs = append(addrs, ips...)
+	}
+	if len(addrs) == 0 {
+		return fmt.Errorf("storm: partition of %s: the peers have no address", c.id)
+	}
+	for _, a := range addrs {
+		for _, rule := range [][]string{{"OUTPUT", "-d", a}, {"INPUT", "-s", a}} {
+			if err := c.iptables(append([]string{"-I"}, rule...)...); err != nil {
+				return errors.Join(err, c.heal())
+			}
+		}
+	}
+	c.cutOff = addrs
+	return nil
+}
+
+func (c *containerCtl) heal() error {
+	var errs []error
+	for _, a := range c.cutOff {
+		for _, rule := range [][]string{{"OUTPUT", "-d", a}, {"INPUT", "-s", a}} {
+			errs = append(errs, c.iptables(append([]string{"-D"}, rule...)...))
+		}
+	}
+	c.cutOff = nil
+	return errors.Join(errs...)
+}
+
+// iptables runs iptables in the container's network namespace with rule
+// (a chain and a match), adding the drop target and the lab's comment.
+func (c *containerCtl) iptables(rule ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pid, err := docker(ctx, "inspect", "-f", "{{.State.Pid}}", c.id)
+	if err != nil {
+		return err
+	}
+	args := append([]string{"-t", pid, "-n", "iptables"}, rule...)
+	args = append(args, "-m", "comment", "--comment", partitionRule, "-j", "DROP")
+	if out, err := exec.CommandContext(ctx, "nsenter", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("storm: nsenter %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// addresses are the container's IP addresses on its networks.
+func (c *containerCtl) addresses() ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := docker(ctx, "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", c.id)
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(out), nil
 }
 
 // limitCPU sets docker's CPU quota on the container; 0 lifts it. Docker

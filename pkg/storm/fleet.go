@@ -81,6 +81,15 @@ type controller interface {
 	restart(ctx context.Context) error
 	// limitCPU caps the CPU the member may use, in cores; 0 lifts the cap.
 	limitCPU(cores float64) error
+	// drain stops the member as an operator would (SIGTERM; docker stop),
+	// giving it time to drain, and returns once it has exited; restart
+	// brings it back.
+	drain(ctx context.Context) error
+	// partition drops every packet between the member and the peers, in
+	// both directions, until heal (compose only: in the container's own
+	// network namespace).
+	partition(peers []controller) error
+	heal() error
 }
 
 // errNoControl is returned by triggers on members the lab cannot act on

@@ -110,6 +110,21 @@ func (p *proc) signalLocked(sig syscall.Signal) error {
 	return nil
 }
 
+// pid is the running process's ID, or 0.
+func (p *proc) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	select {
+	case <-p.done:
+		return 0
+	default:
+	}
+	return p.cmd.Process.Pid
+}
+
 func (p *proc) pause() error  { return p.signal(syscall.SIGSTOP) }
 func (p *proc) resume() error { return p.signal(syscall.SIGCONT) }
 
@@ -143,6 +158,33 @@ func (p *proc) restart(ctx context.Context) error {
 	}
 	return p.start(ctx)
 }
+
+// drain sends SIGTERM and waits for the process to exit, killing it after
+// a minute; restart starts it again.
+func (p *proc) drain(ctx context.Context) error {
+	p.mu.Lock()
+	err := p.signalLocked(syscall.SIGTERM)
+	done := p.done
+	p.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	t := time.NewTimer(time.Minute)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return errors.Join(fmt.Errorf("storm: %s did not exit after SIGTERM", p.name), p.kill())
+}
+
+// errLocalPartition: a local process shares the lab's network namespace.
+var errLocalPartition = errors.New("storm: partitions need the compose fleet (-fleet compose): local processes share one network")
+
+func (p *proc) partition([]controller) error { return errLocalPartition }
+func (p *proc) heal() error                  { return nil }
 
 // limitCPU puts the process in a cgroup of its own with a CPU quota of
 // cores (0 lifts the quota).

@@ -251,6 +251,15 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 			out["budget_tokens_"+k] = v
 		}
 	}
+	// A local process's resident memory and open files, read from /proc:
+	// every member has them, metrics or not (the lab's etcd has none).
+	for _, m := range sc.f.Members {
+		if p, ok := m.ctl.(*proc); ok {
+			if rss, fds, ok := procUsage(p.pid()); ok {
+				out[prefix(m)+"_rss_mb"], out[prefix(m)+"_fds"] = rss, fds
+			}
+		}
+	}
 	sort.Slice(pages, func(i, j int) bool { return pages[i].m.Name < pages[j].m.Name })
 	queue := map[float64]float64{}
 	wasted, anyVerifier := 0.0, false
@@ -262,6 +271,19 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 			}
 		}
 		set(pre+"_cpu", sc.delta(name, "cpu", sumOf(mfs, "process_cpu_seconds_total", nil)))
+		// What a soak watches for growth (a local process's memory and files
+		// come from /proc above; a container's from its own metrics).
+		if _, done := out[pre+"_rss_mb"]; !done {
+			if _, ok := mfs["process_resident_memory_bytes"]; ok {
+				set(pre+"_rss_mb", sumOf(mfs, "process_resident_memory_bytes", nil)/1e6)
+			}
+			if _, ok := mfs["process_open_fds"]; ok {
+				set(pre+"_fds", sumOf(mfs, "process_open_fds", nil))
+			}
+		}
+		if _, ok := mfs["go_goroutines"]; ok {
+			set(pre+"_goroutines", sumOf(mfs, "go_goroutines", nil))
+		}
 		switch p.m.Role {
 		case RoleGateway:
 			set(pre+"_limit", sumOf(mfs, "levee_gateway_limit", nil))
@@ -278,6 +300,10 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 			set(pre+"_fleet_retries", sc.delta(name, "fleet_retries", sumOf(mfs, "levee_gateway_fleet_retries_total", nil)))
 			set(pre+"_margin", sumOf(mfs, "levee_gateway_bistability_margin", nil))
 			set(pre+"_late", sc.delta(name, "late", sumOf(mfs, "levee_gateway_late_total", nil)))
+			if _, ok := mfs["levee_budget_fallback"]; ok { // the gateway's own retry budget
+				set(pre+"_budget_fallback", sumOf(mfs, "levee_budget_fallback", nil))
+				set(pre+"_budget_tokens", sumOf(mfs, "levee_budget_tokens", nil))
+			}
 		case RoleVerifier:
 			anyVerifier = true
 			set(pre+"_expected_ms", 1000*sumOf(mfs, "levee_verifier_expected_service_seconds", nil))
@@ -351,4 +377,33 @@ func hostCPU() (busy, total float64, ok bool) {
 		}
 	}
 	return busy, total, true
+}
+
+// procUsage reads a process's resident memory (MB) and open file
+// descriptors from /proc; ok is false when it cannot (no such process, no
+// /proc).
+func procUsage(pid int) (rssMB, fds float64, ok bool) {
+	if pid <= 0 {
+		return 0, 0, false
+	}
+	dir := "/proc/" + strconv.Itoa(pid)
+	status, err := os.ReadFile(dir + "/status")
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, found := strings.CutPrefix(line, "VmRSS:"); found {
+			f := strings.Fields(rest) // "1234 kB"
+			if len(f) == 2 && f[1] == "kB" {
+				if kb, err := strconv.ParseFloat(f[0], 64); err == nil {
+					rssMB = kb * 1024 / 1e6
+				}
+			}
+		}
+	}
+	entries, err := os.ReadDir(dir + "/fd")
+	if err != nil {
+		return 0, 0, false
+	}
+	return rssMB, float64(len(entries)), true
 }

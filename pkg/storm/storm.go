@@ -55,6 +55,12 @@ const (
 	// SimMode starts no fleet: it simulates Config.Sim, plain and guarded,
 	// with no budget, per-process budgets and the fleet budget.
 	SimMode Mode = "sim"
+	// FaultsMode runs Config.Faults, the fault suite, against one Levee
+	// fleet.
+	FaultsMode Mode = "faults"
+	// SoakMode runs Config.Soak: a long healthy load on one Levee fleet,
+	// watching every member for growth.
+	SoakMode Mode = "soak"
 )
 
 // Source is where the fleets come from.
@@ -89,6 +95,8 @@ type Config struct {
 	Experiment Experiment
 	Grid       Grid
 	Ramp       Ramp
+	Faults     Faults
+	Soak       Soak
 	// Sim is the simulated fleet of SimMode (its Guarded and Budget are
 	// varied); Single mode also simulates each real run beside it.
 	Sim SimConfig
@@ -117,6 +125,7 @@ func DefaultConfig() Config {
 		Experiment: DefaultExperiment(),
 		Grid:       DefaultGrid(),
 		Ramp:       DefaultRamp(),
+		Soak:       DefaultSoak(),
 		Sim:        SeedScale(false, NoBudget),
 	}
 }
@@ -133,6 +142,10 @@ func (c Config) Validate() error {
 		errs = append(errs, c.Ramp.Validate())
 	case SimMode:
 		return c.Sim.Validate() // nothing runs for real
+	case FaultsMode:
+		errs = append(errs, c.Faults.Validate())
+	case SoakMode:
+		errs = append(errs, c.Soak.Validate())
 	default:
 		errs = append(errs, fmt.Errorf("storm: unknown mode %q", c.Mode))
 	}
@@ -165,6 +178,10 @@ func (c Config) Validate() error {
 // Report is what Run found.
 type Report struct {
 	Results []*Result
+	// Faults are the fault suite's results (FaultsMode).
+	Faults []FaultResult
+	// Soak is the soak's result (SoakMode).
+	Soak *SoakResult
 	// Planned is the number of runs the experiment asked for; fewer
 	// Results means it was interrupted.
 	Planned int
@@ -191,6 +208,24 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	q, err := newRequest(cfg.Local.Params)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Mode == SoakMode {
+		rep := &Report{Planned: 1}
+		rep.Soak, err = runSoak(ctx, cfg, q)
+		if cfg.Out != "" && rep.Soak != nil {
+			files, werr := writeSoak(cfg.Out, cfg, rep.Soak)
+			rep.Files, err = files, errors.Join(err, werr)
+		}
+		return rep, err
+	}
+	if cfg.Mode == FaultsMode {
+		rep := &Report{Planned: len(cfg.Faults.suite(cfg.Experiment, cfg.Clients))}
+		rep.Faults, err = runFaults(ctx, cfg, q)
+		if cfg.Out != "" && len(rep.Faults) > 0 {
+			files, werr := writeFaults(cfg.Out, cfg, rep.Faults)
+			rep.Files, err = files, errors.Join(err, werr)
+		}
+		return rep, err
 	}
 	var exps []Experiment
 	switch cfg.Mode {
@@ -262,21 +297,9 @@ func runSims(cfg Config) (*Report, error) {
 
 // runOne starts the named fleet, measures it, runs e and stops the fleet.
 func runOne(ctx context.Context, cfg Config, name string, q request, e Experiment) (_ *Result, err error) {
-	var f *Fleet
-	switch cfg.Source {
-	case Local:
-		if f, err = StartLocal(ctx, cfg.Local, name == "control"); err != nil {
-			return nil, err
-		}
-	case Compose:
-		if cfg.Compose.Logger == nil {
-			cfg.Compose.Logger = cfg.Logger
-		}
-		if f, err = StartCompose(ctx, cfg.Compose, name == "control"); err != nil {
-			return nil, err
-		}
-	case Target:
-		f = targetFleet(cfg.Target, cfg.TargetMetrics)
+	f, err := startFleet(ctx, cfg, name)
+	if err != nil {
+		return nil, err
 	}
 	defer func() { err = errors.Join(err, f.Close()) }()
 	capacity, err := measureCapacity(ctx, f.Target, f.TLS, q, cfg.Capacity)

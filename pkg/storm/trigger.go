@@ -36,13 +36,21 @@ const (
 	Knob TriggerKind = "knob"
 	// Spike multiplies the offered load by Trigger.Spike.
 	Spike TriggerKind = "spike"
+	// Restart restarts the targets one at a time as an operator's rolling
+	// restart does: each is stopped gracefully (SIGTERM; docker stop),
+	// started again and waited for until it serves, the next only then.
+	// Duration is the least the whole round takes.
+	Restart TriggerKind = "restart"
+	// Partition cuts the targets off from every budgetd replica (packets
+	// dropped both ways) for Duration: compose only.
+	Partition TriggerKind = "partition"
 	// RampLoad is the triangle ramp's span (RampMode): the load follows the
 	// ramp, nothing else is done to the fleet.
 	RampLoad TriggerKind = "ramp"
 )
 
 // triggerKinds are those ParseTrigger accepts; RampLoad comes from RampMode.
-var triggerKinds = []TriggerKind{None, Stop, Kill, CPU, Knob, Spike}
+var triggerKinds = []TriggerKind{None, Stop, Kill, CPU, Knob, Spike, Restart, Partition}
 
 // Trigger is one fault, applied for Duration once the baseline is over.
 type Trigger struct {
@@ -78,7 +86,7 @@ func ParseTrigger(s string, base Trigger) (Trigger, error) {
 		known = known || k == t.Kind
 	}
 	if !known {
-		return Trigger{}, fmt.Errorf("trigger %q: unknown kind %q (want none, stop, kill, cpu, knob or spike)", truncate(s), truncate(kind))
+		return Trigger{}, fmt.Errorf("trigger %q: unknown kind %q (want none, stop, kill, cpu, knob, spike, restart or partition)", truncate(s), truncate(kind))
 	}
 	if hasTargets {
 		if targets == "" || strings.ContainsAny(targets, " \t\n,:") {
@@ -159,6 +167,9 @@ func (t Trigger) begin(ctx context.Context, f *Fleet) (undo func(context.Context
 	if err != nil {
 		return nil, err
 	}
+	if t.Kind == Restart {
+		return t.rollingRestart(ctx, targets)
+	}
 	var undos []func(context.Context) error
 	undoAll := func(ctx context.Context) error {
 		var errs []error
@@ -203,9 +214,62 @@ func (t Trigger) begin(ctx context.Context, f *Fleet) (undo func(context.Context
 				return nil, err
 			}
 			undos = append(undos, func(context.Context) error { return ctl.limitCPU(0) })
+		case Partition:
+			var peers []controller
+			for _, b := range f.byRole(RoleBudgetd) {
+				pc, err := b.control()
+				if err != nil {
+					return nil, err
+				}
+				peers = append(peers, pc)
+			}
+			if len(peers) == 0 {
+				return nil, fmt.Errorf("storm: the %s fleet has no budgetd to cut %s off from", f.Name, m.Name)
+			}
+			if err := ctl.partition(peers); err != nil {
+				return nil, err
+			}
+			undos = append(undos, func(context.Context) error { return ctl.heal() })
 		}
 	}
 	return undoAll, nil
+}
+
+// rollingRestart restarts targets one at a time in the background and
+// returns the undo that waits for the round to end (it cannot be taken back:
+// a member half way through is brought up, not left down).
+func (t Trigger) rollingRestart(ctx context.Context, targets []*Member) (func(context.Context) error, error) {
+	var ctls []controller
+	for _, m := range targets {
+		ctl, err := m.control()
+		if err != nil {
+			return nil, err
+		}
+		ctls = append(ctls, ctl)
+	}
+	done := make(chan error, 1)
+	go func() {
+		var errs []error
+		for i, ctl := range ctls {
+			if err := ctl.drain(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("storm: stopping %s: %w", targets[i].Name, err))
+			}
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+			if err := ctl.restart(rctx); err != nil {
+				errs = append(errs, fmt.Errorf("storm: starting %s: %w", targets[i].Name, err))
+			}
+			cancel()
+		}
+		done <- errors.Join(errs...)
+	}()
+	return func(ctx context.Context) error {
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return fmt.Errorf("storm: the rolling restart did not end in time: %w", ctx.Err())
+		}
+	}, nil
 }
 
 // setKnob sets a verifier's capacity knob; a duration makes the verifier

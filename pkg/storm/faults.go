@@ -1,0 +1,539 @@
+package storm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leveehq/levee/pkg/budgetd"
+)
+
+// Faults is the fault suite (FaultsMode): the faults a fleet in production
+// meets, each applied once to one running fleet under load, each judged by
+// what an operator would ask of it. It runs on the compose fleet (a
+// partition needs containers) and measures Levee only: the control has no
+// budgets, leaders or drains to judge.
+type Faults struct {
+	// Short runs every fault briefly (CI); otherwise at the lengths
+	// docs/faults.md reports.
+	Short bool
+	// Only, when set, runs the named faults only (FaultNames).
+	Only []string
+}
+
+// FaultNames are the suite's faults, in the order they run.
+var FaultNames = []string{"kill-verifier", "kill-budgetd-leader", "etcd-quorum", "partition-budgetd", "rolling-restart",
+	"pause-verifiers", "cpu-cut"}
+
+// fault is one scenario: its experiment and the checks of its result.
+type fault struct {
+	name, what string
+	exp        Experiment
+	clients    Clients
+	check      func(r *faultRun) []Check
+}
+
+// Check is one judged figure of a fault.
+type Check struct {
+	What string
+	Got  string
+	Want string
+	OK   bool
+}
+
+// FaultResult is one fault's record.
+type FaultResult struct {
+	Name, What string
+	Clients    Clients
+	Result     *Result
+	Checks     []Check
+	// Leaders is the budgetd leader seen every 100 ms, by time since the
+	// series start ("" when none answered).
+	Leaders []LeaderSample
+}
+
+// OK reports whether every check held.
+func (r FaultResult) OK() bool {
+	for _, c := range r.Checks {
+		if !c.OK {
+			return false
+		}
+	}
+	return len(r.Checks) > 0
+}
+
+// LeaderSample is one reading of who leads budgetd.
+type LeaderSample struct {
+	At     time.Duration
+	Leader string
+}
+
+// faultRun is what a fault's checks read.
+type faultRun struct {
+	res      *Result
+	leaders  []LeaderSample
+	ratio    float64 // the budget ratio of the levee clients' key
+	burst    float64
+	capacity Capacity
+}
+
+// suite returns the faults at the suite's lengths. Budget settings are the
+// fleet's defaults: ratio 0.1, burst 100.
+func (fs Faults) suite(base Experiment, clients Clients) []fault {
+	long := func(full, short time.Duration) time.Duration {
+		if fs.Short {
+			return short
+		}
+		return full
+	}
+	exp := func(load float64, kind TriggerKind, targets string, d time.Duration) Experiment {
+		e := base
+		e.Load = load
+		e.Warmup, e.Baseline = 3*time.Second, long(15*time.Second, 8*time.Second)
+		e.After, e.AfterWindow = long(30*time.Second, 12*time.Second), long(10*time.Second, 5*time.Second)
+		e.Trigger = base.Trigger
+		e.Trigger.Kind, e.Trigger.Targets, e.Trigger.Duration = kind, targets, d
+		return e
+	}
+	naive := clients
+	naive.Mix = map[Kind]float64{Naive: 1}
+	mixed := clients
+	mixed.Mix = map[Kind]float64{Naive: 0.7, Levee: 0.3}
+	budgeted := clients
+	budgeted.Mix = map[Kind]float64{Levee: 1}
+	all := []fault{
+		{name: "kill-verifier", what: "kill -9 one verifier at 0.8 C (it restarts when the trigger ends)",
+			exp: exp(0.8, Kill, "verifier-1", long(20*time.Second, 8*time.Second)), clients: naive, check: checkKillVerifier},
+		{name: "kill-budgetd-leader", what: "kill -9 the budgetd leader at 1.2 C, budgeted clients retrying every refusal",
+			exp: exp(1.2, Kill, "budgetd-leader", long(20*time.Second, 10*time.Second)), clients: budgeted, check: checkLeaderKill},
+		{name: "etcd-quorum", what: "2 of 3 etcd members stopped (docker pause) at 0.8 C",
+			exp: exp(0.8, Stop, "etcd-majority", long(60*time.Second, 15*time.Second)), clients: mixed, check: checkQuorumLoss},
+		{name: "partition-budgetd", what: "the gateway cut off from both budgetd replicas (packets dropped) at 0.8 C",
+			exp: exp(0.8, Partition, "gateways", long(30*time.Second, 15*time.Second)), clients: mixed, check: checkPartition},
+		{name: "rolling-restart", what: "every verifier stopped (SIGTERM, drain) and started again, one at a time, at 0.8 C",
+			exp: exp(0.8, Restart, "verifiers", long(60*time.Second, 30*time.Second)), clients: naive, check: checkRollingRestart},
+		{name: "pause-verifiers", what: "every verifier frozen (docker pause) at 0.5 C",
+			exp: exp(0.5, Stop, "verifiers", long(20*time.Second, 10*time.Second)), clients: naive, check: checkRecovery},
+		{name: "cpu-cut", what: "every verifier cut to 0.1 core (docker update --cpus) at 0.5 C",
+			exp: exp(0.5, CPU, "verifiers", long(20*time.Second, 10*time.Second)), clients: naive, check: checkRecovery},
+	}
+	if len(fs.Only) == 0 {
+		return all
+	}
+	var out []fault
+	for _, f := range all {
+		for _, n := range fs.Only {
+			if f.name == n {
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
+
+// Validate reports an unknown fault name.
+func (fs Faults) Validate() error {
+	var errs []error
+	for _, n := range fs.Only {
+		known := false
+		for _, k := range FaultNames {
+			known = known || k == n
+		}
+		if !known {
+			errs = append(errs, fmt.Errorf("storm: unknown fault %q (want one of %s)", truncate(n), strings.Join(FaultNames, ", ")))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// runFaults runs the suite against one Levee fleet: started once, its
+// capacity measured once, every fault undone before the next.
+func runFaults(ctx context.Context, cfg Config, q request) (_ []FaultResult, err error) {
+	f, err := startFleet(ctx, cfg, "levee")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, f.Close()) }()
+	capacity, err := measureCapacity(ctx, f.Target, f.TLS, q, cfg.Capacity)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Logger.Info("capacity", "fleet", f.Name, "per_second", fmt.Sprintf("%.1f", capacity.PerSecond))
+	// The budgeted clients' key has no settings of its own: budgetd's
+	// defaults hold.
+	settings := budgetd.DefaultSettings()
+	var out []FaultResult
+	for _, ft := range cfg.Faults.suite(cfg.Experiment, cfg.Clients) {
+		if err := sleepCtx(ctx, 2*time.Second); err != nil {
+			return out, err
+		}
+		cfg.Logger.Info("fault", "name", ft.name)
+		pctx, stopProbe := context.WithCancel(ctx)
+		probe := newLeaderProbe(f)
+		var wg sync.WaitGroup
+		wg.Go(func() { probe.run(pctx) })
+		res, err := runExperiment(ctx, f, ft.clients, q, capacity, ft.exp, cfg.Logger)
+		stopProbe()
+		wg.Wait()
+		if err != nil {
+			return out, fmt.Errorf("storm: fault %s: %w", ft.name, err)
+		}
+		run := &faultRun{res: res, leaders: probe.samples(res.Series.start), ratio: settings.Ratio, burst: settings.Burst,
+			capacity: capacity}
+		fr := FaultResult{Name: ft.name, What: ft.what, Clients: ft.clients, Result: res, Checks: ft.check(run), Leaders: run.leaders}
+		out = append(out, fr)
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "%s\n", faultLine(fr))
+		}
+	}
+	return out, nil
+}
+
+// startFleet starts the named fleet from cfg's source.
+func startFleet(ctx context.Context, cfg Config, name string) (*Fleet, error) {
+	switch cfg.Source {
+	case Local:
+		return StartLocal(ctx, cfg.Local, name == "control")
+	case Compose:
+		if cfg.Compose.Logger == nil {
+			cfg.Compose.Logger = cfg.Logger
+		}
+		return StartCompose(ctx, cfg.Compose, name == "control")
+	}
+	return targetFleet(cfg.Target, cfg.TargetMetrics), nil
+}
+
+// leaderProbe asks budgetd who leads every 100 ms.
+type leaderProbe struct {
+	f  *Fleet
+	mu sync.Mutex
+	at []time.Time
+	ls []string
+}
+
+func newLeaderProbe(f *Fleet) *leaderProbe { return &leaderProbe{f: f} }
+
+func (p *leaderProbe) run(ctx context.Context) {
+	if len(p.f.byRole(RoleBudgetd)) == 0 {
+		return
+	}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		leader := ""
+		for _, b := range p.f.byRole(RoleBudgetd) {
+			qctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			l, err := leaderOf(qctx, b.Addr, p.f.TLS)
+			cancel()
+			if err == nil {
+				leader = l
+				break
+			}
+		}
+		p.mu.Lock()
+		p.at, p.ls = append(p.at, time.Now()), append(p.ls, leader)
+		p.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (p *leaderProbe) samples(start time.Time) []LeaderSample {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]LeaderSample, len(p.at))
+	for i := range p.at {
+		out[i] = LeaderSample{At: p.at[i].Sub(start), Leader: p.ls[i]}
+	}
+	return out
+}
+
+// The checks. Seconds are the series' (second 0: the load's start);
+// r.res.Trig is the trigger's span.
+
+func (r *faultRun) secs() []second { return r.res.Series.secs }
+
+// arrivals counts the logical requests that arrived in [from, to) and how
+// many of them succeeded.
+func (r *faultRun) arrivals(from, to int) (ok, ended float64) {
+	s := r.secs()
+	for i := max(from, 0); i < min(to, len(s)); i++ {
+		ok += float64(s[i].arrOK.Load())
+		ended += float64(s[i].arrEnded.Load())
+	}
+	return ok, ended
+}
+
+// attemptsFailed counts attempts sent in [from, to) that ended in any code
+// but OK and RESOURCE_EXHAUSTED (a refusal at admission).
+func (r *faultRun) attemptsFailed(from, to int) float64 {
+	s := r.secs()
+	var n float64
+	for i := max(from, 0); i < min(to, len(s)); i++ {
+		for c := range s[i].codes {
+			if c != codeOK && c != codeResourceExhausted {
+				n += float64(s[i].codes[c].Load())
+			}
+		}
+	}
+	return n
+}
+
+// column returns a scraped column's known values over [from, to).
+func (r *faultRun) column(name string, from, to int) []float64 {
+	all := r.res.Series.Scraped(name)
+	var out []float64
+	for i := max(from, 0); i < min(to, len(all)); i++ {
+		if !math.IsNaN(all[i]) {
+			out = append(out, all[i])
+		}
+	}
+	return out
+}
+
+// baselineRatio is the share of the baseline's arrivals that succeeded.
+func (r *faultRun) baselineRatio() float64 { return r.res.Verdict.BaselineRatio }
+
+// servedCheck: the arrivals of [from, to) succeeded at 95 % of the
+// baseline's share.
+func (r *faultRun) servedCheck(what string, from, to int) Check {
+	ok, ended := r.arrivals(from, to)
+	got := 0.0
+	if ended > 0 {
+		got = ok / ended
+	}
+	want := RecoveredFraction * r.baselineRatio()
+	return Check{What: what, Got: fmt.Sprintf("%.2f %% of %.0f", 100*got, ended), Want: fmt.Sprintf("≥ %.2f %%", 100*want),
+		OK: ended > 0 && got >= want}
+}
+
+// firstServed is how long after second from the arrivals of one second
+// first succeeded at 95 % of the baseline's share, within [from, to); -1
+// when none did.
+func (r *faultRun) firstServed(from, to int) int {
+	want := RecoveredFraction * r.baselineRatio()
+	for i := from; i < to; i++ {
+		if ok, ended := r.arrivals(i, i+1); ended > 0 && ok/ended >= want {
+			return i - from
+		}
+	}
+	return -1
+}
+
+func checkKillVerifier(r *faultRun) []Check {
+	trig := r.res.Trig
+	// What the killed verifier held: its queue when last scraped before the
+	// kill, and its two workers (the compose fleet's -workers).
+	held := 2.0
+	if q := r.column("v1_queue", trig.from-2, trig.from); len(q) > 0 {
+		held += q[len(q)-1]
+	}
+	failed := r.attemptsFailed(trig.from-1, trig.from+2)
+	routed := r.firstServed(trig.from, trig.to)
+	return []Check{
+		{What: "attempts failed around the kill (not refusals)", Got: fmt.Sprintf("%.0f", failed),
+			Want: fmt.Sprintf("≤ %.0f (the killed verifier's workers and queue)", held), OK: failed <= held},
+		{What: "routed around: first second whose arrivals succeed at 95 % of baseline", Got: fmt.Sprintf("%d s after the kill", routed),
+			Want: "≤ 1 s", OK: routed >= 0 && routed <= 1},
+		r.servedCheck("arrivals during the kill succeeded", trig.from+1, trig.to),
+	}
+}
+
+func checkLeaderKill(r *faultRun) []Check {
+	trig := r.res.Trig
+	killAt := time.Duration(trig.from) * time.Second
+	old, newAt := "", time.Duration(-1)
+	for _, l := range r.leaders {
+		switch {
+		case l.At < killAt:
+			if l.Leader != "" {
+				old = l.Leader
+			}
+		case l.Leader != "" && l.Leader != old && newAt < 0:
+			newAt = l.At - killAt
+		}
+	}
+	checks := []Check{{What: "a new budgetd leader after the kill", Got: fmt.Sprintf("%v (was %s)", newAt.Round(100*time.Millisecond), old),
+		Want: "≤ 3 s", OK: old != "" && newAt >= 0 && newAt <= 3*time.Second}}
+	return append(checks, r.retryRatioCheck(trig.from-10, len(r.secs())))
+}
+
+// retryRatioCheck: in every 10 s window of [from, to) with first
+// attempts, the clients' retries ÷ first attempts stay within the budget:
+// ratio + 10 % of it, plus what the burst (saved tokens) allows over the
+// window's first attempts.
+func (r *faultRun) retryRatioCheck(from, to int) Check {
+	s := r.secs()
+	worst, worstAllowed, ok := 0.0, 0.0, true
+	for i := max(from, 0); i+10 <= min(to, len(s)); i++ {
+		var first, retries float64
+		for j := i; j < i+10; j++ {
+			first += float64(s[j].first.Load())
+			retries += float64(s[j].retries.Load())
+		}
+		if first < 100 {
+			continue // too few to judge a ratio by
+		}
+		got := retries / first
+		allowed := 1.1*r.ratio + r.burst/first
+		if got > worst {
+			worst, worstAllowed = got, allowed
+		}
+		if got > allowed {
+			ok = false
+		}
+	}
+	return Check{What: "budgeted clients' retries per first attempt, worst 10 s window",
+		Got: fmt.Sprintf("%.3f", worst), Want: fmt.Sprintf("≤ %.3f (ratio %.2f + 10 %%, + burst %.0f over the window)", worstAllowed, r.ratio, r.burst), OK: ok}
+}
+
+func checkQuorumLoss(r *faultRun) []Check {
+	trig := r.res.Trig
+	n := len(r.secs())
+	fb := r.column("gw_budget_fallback", trig.from, trig.to+2)
+	tokens := r.column("gw_budget_tokens", trig.from, trig.to)
+	after := r.column("gw_budget_fallback", r.res.Obs.to-5, r.res.Obs.to)
+	checks := []Check{
+		r.servedCheck("arrivals during the quorum loss succeeded", trig.from, trig.to),
+		{What: "the gateway's budget fell back to local", Got: fmt.Sprintf("fallback %v", maxOf(fb) == 1), Want: "yes",
+			OK: maxOf(fb) == 1},
+		{What: "its local budget: tokens during the loss", Got: fmt.Sprintf("%.1f–%.1f", minOf(tokens), maxOf(tokens)),
+			Want: fmt.Sprintf("never above the burst (%.0f); some while retries are wanted", r.burst),
+			OK: len(tokens) > 0 && maxOf(tokens) <= r.burst+1},
+		{What: "shared again by the end", Got: fmt.Sprintf("fallback %v in the last 5 s", maxOf(after)), Want: "0",
+			OK: len(after) > 0 && maxOf(after) == 0},
+	}
+	return append(checks, r.retryRatioCheck(trig.from, n))
+}
+
+func checkPartition(r *faultRun) []Check {
+	trig := r.res.Trig
+	fb := r.column("gw_budget_fallback", trig.from, trig.to+2)
+	back := -1
+	all := r.res.Series.Scraped("gw_budget_fallback")
+	for i := trig.to; i < len(all); i++ {
+		if all[i] == 0 {
+			back = i - trig.to
+			break
+		}
+	}
+	return []Check{
+		r.servedCheck("arrivals during the partition succeeded", trig.from, trig.to),
+		{What: "the gateway's budget fell back to local", Got: fmt.Sprintf("fallback %v", maxOf(fb) == 1), Want: "yes",
+			OK: maxOf(fb) == 1},
+		{What: "shared again after the partition healed", Got: fmt.Sprintf("%d s after", back), Want: "≤ 10 s",
+			OK: back >= 0 && back <= 10},
+	}
+}
+
+func checkRollingRestart(r *faultRun) []Check {
+	trig, obs := r.res.Trig, r.res.Obs
+	failed := r.attemptsFailed(trig.from, obs.to)
+	ok, ended := r.arrivals(trig.from, obs.to)
+	return []Check{
+		{What: "admitted attempts that failed during the restarts", Got: fmt.Sprintf("%.0f", failed), Want: "0", OK: failed == 0},
+		{What: "logical requests that failed", Got: fmt.Sprintf("%.0f of %.0f", ended-ok, ended), Want: "0", OK: ended > 0 && ok == ended},
+	}
+}
+
+func checkRecovery(r *faultRun) []Check {
+	v := r.res.Verdict
+	return []Check{{What: "back to 95 % of baseline after the trigger", Got: v.String(), Want: "within 2 s",
+		OK: v.Recovered && v.Recovery <= 2*time.Second}}
+}
+
+func minOf(xs []float64) float64 {
+	m := math.Inf(1)
+	for _, x := range xs {
+		m = min(m, x)
+	}
+	return m
+}
+
+// faultLine is one fault in a line.
+func faultLine(fr FaultResult) string {
+	verdict := "PASS"
+	if !fr.OK() {
+		verdict = "FAIL"
+	}
+	var parts []string
+	for _, c := range fr.Checks {
+		mark := "ok"
+		if !c.OK {
+			mark = "NOT OK"
+		}
+		parts = append(parts, fmt.Sprintf("%s: %s (want %s) %s", c.What, c.Got, c.Want, mark))
+	}
+	return fmt.Sprintf("%-20s %s  %s", fr.Name, verdict, strings.Join(parts, "; "))
+}
+
+// writeFaults writes the suite's report: report.md (a table per fault) and
+// each run's per-second CSV under runs/.
+func writeFaults(out string, cfg Config, results []FaultResult) ([]string, error) {
+	if err := os.MkdirAll(filepath.Join(out, "runs"), 0o755); err != nil {
+		return nil, fmt.Errorf("storm: report: %w", err)
+	}
+	var files []string
+	for _, fr := range results {
+		path := filepath.Join(out, "runs", fr.Name+".csv")
+		if err := writeFile(path, fr.Result.Series.WriteCSV); err != nil {
+			return files, err
+		}
+		files = append(files, path)
+	}
+	path := filepath.Join(out, "report.md")
+	err := writeFile(path, func(w io.Writer) error {
+		fmt.Fprintf(w, "# Levee fault suite\n\nMade by `%s` on %s. One %s fleet, started once; its capacity C = %.0f/s measured once "+
+			"(%d closed-loop callers); each fault applied under open-loop load and undone before the next.\n\n",
+			cfg.Command, time.Now().UTC().Format(time.DateOnly), cfg.Source, firstCapacity(results), cfg.Capacity.Callers)
+		for _, fr := range results {
+			verdict := "**pass**"
+			if !fr.OK() {
+				verdict = "**FAIL**"
+			}
+			e := fr.Result.Experiment
+			fmt.Fprintf(w, "## %s: %s\n\n%s. Trigger %s, %s clients, baseline %.1f %% of arrivals served (%.0f/s). Per second: `runs/%s.csv`.\n\n",
+				fr.Name, verdict, fr.What, e.Trigger, mixName(fr.Clients.Mix), 100*fr.Result.Verdict.BaselineRatio, fr.Result.Verdict.Baseline, fr.Name)
+			fmt.Fprintln(w, "| check | measured | wanted | |")
+			fmt.Fprintln(w, "|---|---|---|---|")
+			for _, c := range fr.Checks {
+				mark := "ok"
+				if !c.OK {
+					mark = "**not met**"
+				}
+				fmt.Fprintf(w, "| %s | %s | %s | %s |\n", c.What, c.Got, c.Want, mark)
+			}
+			fmt.Fprintln(w)
+		}
+		return nil
+	})
+	return append(files, path), err
+}
+
+func firstCapacity(results []FaultResult) float64 {
+	if len(results) == 0 {
+		return 0
+	}
+	return results[0].Result.Capacity.PerSecond
+}
+
+// mixName names a mix of populations: "naive 0.7, levee 0.3".
+func mixName(mix map[Kind]float64) string {
+	var parts []string
+	for _, k := range kinds {
+		if s := mix[k]; s > 0 {
+			parts = append(parts, fmt.Sprintf("%s %g", k, s))
+		}
+	}
+	return strings.Join(parts, ", ")
+}

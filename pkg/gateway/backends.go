@@ -39,11 +39,11 @@ type backend struct {
 	// queueSizes holds the queue sizes its service times asked for over
 	// the last seconds (see fitQueue).
 	queueSizes maxWindow
-	serving atomic.Bool  // last word of its health stream
-	service serviceTimes // its recent service times, for the capacity estimate and its queue
-	answers answerCounts // its recent answers, good and bad, for outlier ejection
-	eject   ejection     // whether, and until when, it is ejected as an outlier
-	retired atomic.Bool  // left the membership; never picked again
+	serving    atomic.Bool  // last word of its health stream
+	service    serviceTimes // its recent service times, for the capacity estimate and its queue
+	answers    answerCounts // its recent answers, good and bad, for outlier ejection
+	eject      ejection     // whether, and until when, it is ejected as an outlier
+	retired    atomic.Bool  // left the membership; never picked again
 
 	stop context.CancelFunc
 	done chan struct{} // closed when its goroutine (health, then close) ends

@@ -409,7 +409,7 @@ func checkQuorumLoss(r *faultRun) []Check {
 			OK: maxOf(fb) == 1},
 		{What: "its local budget: tokens during the loss", Got: fmt.Sprintf("%.1f–%.1f", minOf(tokens), maxOf(tokens)),
 			Want: fmt.Sprintf("never above the burst (%.0f); some while retries are wanted", r.burst),
-			OK: len(tokens) > 0 && maxOf(tokens) <= r.burst+1},
+			OK:   len(tokens) > 0 && maxOf(tokens) <= r.burst+1},
 		{What: "shared again by the end", Got: fmt.Sprintf("fallback %v in the last 5 s", maxOf(after)), Want: "0",
 			OK: len(after) > 0 && maxOf(after) == 0},
 	}

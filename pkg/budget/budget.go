@@ -129,6 +129,22 @@ func (f *bucket) take(clock Clock, first uint64) bool {
 	return false
 }
 
+// available is what take could spend now, in tokens: the balance plus
+// what it has yet to earn on the first attempts recorded and the time
+// passed, capped, without earning or spending anything. (The bucket earns
+// lazily, when spent from: its balance alone reads 0 in a key nobody has
+// retried on, whose next Allow would succeed.)
+func (f *bucket) available(now time.Time, first uint64) float64 {
+	v := f.micro.Load()
+	if seen := f.seenFirst.Load(); first > seen {
+		v += int64(min(first-seen, uint64(f.capMicro/max(f.ratioMicro, 1))+1)) * f.ratioMicro
+	}
+	if el := int64(now.Sub(f.since)) - f.lastNs.Load(); el > 0 {
+		v += int64(min(float64(el)*f.minPerNs, float64(f.capMicro)))
+	}
+	return float64(min(v, f.capMicro)) / microsPerToken
+}
+
 func (f *bucket) spend() bool {
 	for {
 		v := f.micro.Load()

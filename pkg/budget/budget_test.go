@@ -858,3 +858,53 @@ func TestFallbackEarnsItsShareOfTheFleetMinimum(t *testing.T) {
 		t.Errorf("20 s idle in fallback allowed %d retries; want 20 (the fleet's 1/s), not 100 (FallbackMinPerSecond 5/s)", got)
 	}
 }
+
+// A key in fallback earns lazily, when spent from; its Status (and the
+// levee_budget_tokens gauge) must still say what Allow could spend now, not
+// the 0 of a bucket nobody has drawn on. It read 0 through a whole etcd
+// quorum loss in the fault suite while the gateway could retry.
+func TestFallbackTokensShowWhatAllowWouldSpend(t *testing.T) {
+	clk := budgettest.NewClock(t0)
+	cfg := budget.DefaultConfig()
+	cfg.Target = "127.0.0.1:1" // nothing there: fallback from the start
+	cfg.Keys = []string{key}
+	cfg.Clock = clk // standing still: the first attempts alone earn
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := budget.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	b, err := c.Key(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		b.RecordFirstAttempt()
+	}
+	st := b.Status()
+	want := 50 * cfg.DefaultRatio // 5 tokens, under the burst of 10
+	if st.Mode != budget.Fallback || st.FallbackTokens != want {
+		t.Fatalf("after 50 first attempts in fallback: mode %v, fallback tokens %v; want fallback, %v", st.Mode, st.FallbackTokens, want)
+	}
+	spent := 0
+	for b.Allow() {
+		spent++
+	}
+	if float64(spent) != want {
+		t.Errorf("Allow spent %d tokens, Status said %v", spent, want)
+	}
+	if got := b.Status().FallbackTokens; got != 0 {
+		t.Errorf("fallback tokens %v after spending them all, want 0", got)
+	}
+	for range 1000 {
+		b.RecordFirstAttempt()
+	}
+	if got := b.Status().FallbackTokens; got != cfg.FallbackBurst {
+		t.Errorf("fallback tokens %v after 1,000 first attempts, want the burst %v", got, cfg.FallbackBurst)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -144,13 +146,26 @@ func dial(target string, extra []grpc.DialOption) (*grpc.ClientConn, error) {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: 2 * time.Second,
 		}),
+		// A connection whose packets are dropped (a partition, a hung host)
+		// fails no call by itself: each lease times out on it, and after
+		// the network heals TCP's own retransmissions may take tens of
+		// seconds to notice. An unanswered ping closes it, and the next
+		// connection is dialled within the backoff above. (grpc-go pings at
+		// most every 10 s; budgetd allows pings every 5 s.)
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
 	}
 	if len(addrs) > 1 {
 		// A resolver per Client (WithResolvers), never the global registry.
 		r := manual.NewBuilderWithScheme("levee-budgetd")
 		state := resolver.State{}
 		for _, a := range addrs {
-			state.Endpoints = append(state.Endpoints, resolver.Endpoint{Addresses: []resolver.Address{{Addr: a}}})
+			// Each replica's TLS name is its own host, not the list's
+			// made-up authority: a certificate names budgetd1, budgetd2.
+			host, _, err := net.SplitHostPort(a)
+			if err != nil {
+				host = a
+			}
+			state.Endpoints = append(state.Endpoints, resolver.Endpoint{Addresses: []resolver.Address{{Addr: a, ServerName: host}}})
 		}
 		r.InitialState(state)
 		opts = append(opts, grpc.WithResolvers(r))

@@ -100,7 +100,7 @@ func (b *Budget) Status() KeyStatus {
 
 	if fb != nil {
 		st.Mode, st.Cause, st.FallbackFor = Fallback, fb.cause, now.Sub(fb.since)
-		st.FallbackTokens = float64(fb.micro.Load()) / microsPerToken
+		st.FallbackTokens = fb.available(now, b.first.Load())
 	}
 	st.Tokens = float64(st.LeaseTokens) + st.FallbackTokens
 	return st

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -115,6 +116,10 @@ func New(cfg Config) (*Server, error) {
 	s.reg.MustRegister(grpcMetrics)
 	s.grpc = grpc.NewServer(append(cfg.TLS.ServerOptions(tls.RequireAndVerifyClientCert),
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
+		// Budget clients ping their connection every 10 s to find a dead one
+		// (pkg/budget); grpc's default policy would answer pings more often
+		// than every 5 minutes with GOAWAY.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor(), s.streams.Interceptor()),
 	)...)

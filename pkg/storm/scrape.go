@@ -303,6 +303,7 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 			if _, ok := mfs["levee_budget_fallback"]; ok { // the gateway's own retry budget
 				set(pre+"_budget_fallback", sumOf(mfs, "levee_budget_fallback", nil))
 				set(pre+"_budget_tokens", sumOf(mfs, "levee_budget_tokens", nil))
+				set(pre+"_budget_tokens_fallback", sumOf(mfs, "levee_budget_tokens", map[string]string{"source": "fallback"}))
 			}
 		case RoleVerifier:
 			anyVerifier = true

@@ -7,6 +7,7 @@ package budgettest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"sort"
@@ -20,6 +21,7 @@ import (
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
 	"github.com/leveehq/levee/pkg/budgetd"
+	"github.com/leveehq/levee/pkg/mtls"
 )
 
 var _ budgetv1.BudgetServiceServer = (*Server)(nil)
@@ -40,6 +42,9 @@ type Config struct {
 	Settings budgetd.Settings
 	// Leader is sent as LeaseResponse.leader; empty means "budgettest".
 	Leader string
+	// TLS, when set, serves mutual TLS with this identity, as budgetd
+	// does; nil is plaintext.
+	TLS *mtls.Source
 }
 
 // Report is one key's report as the server accepted it.
@@ -126,7 +131,7 @@ func (s *Server) Start() (string, error) {
 		return "", fmt.Errorf("budgettest: listen: %w", err)
 	}
 	s.addr = lis.Addr().String()
-	s.grpc = grpc.NewServer()
+	s.grpc = grpc.NewServer(s.cfg.TLS.ServerOptions(tls.RequireAndVerifyClientCert)...)
 	budgetv1.RegisterBudgetServiceServer(s.grpc, s)
 	s.done = make(chan struct{})
 	srv, done := s.grpc, s.done

@@ -289,6 +289,7 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 			set(pre+"_limit", sumOf(mfs, "levee_gateway_limit", nil))
 			set(pre+"_inflight", sumOf(mfs, "levee_gateway_inflight", nil))
 			set(pre+"_admitted", sc.delta(name, "admitted", sumOf(mfs, "levee_gateway_admitted_total", nil)))
+			set(pre+"_failed", sc.delta(name, "failed", sumOf(mfs, "levee_gateway_failed_total", nil)))
 			set(pre+"_refused", sc.delta(name, "refused", sumOf(mfs, "levee_gateway_refused_total", nil)))
 			for _, r := range []string{"limit", "priority", "busy", "deadline", "no_verifier"} {
 				set(pre+"_refused_"+r, sc.delta(name, "refused_"+r,

@@ -203,6 +203,14 @@ type Budget struct {
 	fallbackEntries atomic.Uint64
 	ackFirst        atomic.Uint64 // first attempts budgetd has acknowledged
 	ackRetries      atomic.Uint64
+	// fallbackFirsts counts the first attempts sent in fallback periods
+	// that have ended; with the open period's count it is what reports
+	// carry as earned locally. A count belongs to the period it was made
+	// in, not to the mode when it is reported: a lease that lands between
+	// a report and the next must not turn its fallback counts into shared
+	// ones.
+	fallbackFirsts uint64
+	ackFallback    uint64 // of those, budgetd has acknowledged; refresher-owned
 
 	// fallbackMin is what a new fallback bucket earns per second: this
 	// process's share of the fleet's MinPerSecond as budgetd last sent it,
@@ -299,6 +307,16 @@ func (b *Budget) close() {
 
 // enterFallback moves the key to fallback (if it is not there already)
 // because of cause. Callers hold b.mu.
+// earnedInFallback is the first attempts counted in fallback so far, given
+// first, a count read under mu. Callers hold b.mu.
+func (b *Budget) earnedInFallback(first uint64) uint64 {
+	n := b.fallbackFirsts
+	if fb := b.fallback.Load(); fb != nil && first > fb.fromFirst {
+		n += first - fb.fromFirst
+	}
+	return n
+}
+
 func (b *Budget) enterFallback(now time.Time, cause string) {
 	if b.fallback.Load() != nil {
 		return
@@ -345,7 +363,9 @@ func (b *Budget) renew(granted uint32, validFor time.Duration, arrived time.Time
 		b.leaseSpent.Add(old.retire())
 	}
 	nl.stop = b.clock.AfterFunc(validFor, func() { b.expire(nl) })
-	b.fallback.Store(nil)
+	if fb := b.fallback.Swap(nil); fb != nil {
+		b.fallbackFirsts += b.first.Load() - fb.fromFirst
+	}
 	b.granted.Add(uint64(granted))
 	b.validFor = validFor
 }

@@ -908,3 +908,66 @@ func TestFallbackTokensShowWhatAllowWouldSpend(t *testing.T) {
 		t.Errorf("fallback tokens %v after 1,000 first attempts, want the burst %v", got, cfg.FallbackBurst)
 	}
 }
+
+// TestFallbackCountsMadeWhileALeaseIsInFlight: first attempts sent in
+// fallback after a report left but before its lease landed are still
+// reported as earned locally, though the key is shared again by the time
+// the next report is built.
+func TestFallbackCountsMadeWhileALeaseIsInFlight(t *testing.T) {
+	f := newFixture(t)
+	b := f.budget(key)
+	if err := f.c.Refresh(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	seen := len(f.srv.Reports())
+	f.srv.Fail(codes.Unavailable)
+	if err := f.c.Refresh(f.ctx); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Refresh = %v, want UNAVAILABLE", err)
+	}
+	for range 100 {
+		b.RecordFirstAttempt()
+	}
+
+	// The next report leaves with those 100 and waits at budgetd.
+	f.srv.Fail(codes.OK)
+	release := f.srv.Hold()
+	defer release()
+	calls := f.srv.Calls()
+	done := make(chan error, 1)
+	go func() { done <- f.c.Refresh(f.ctx) }()
+	for f.srv.Calls() == calls {
+		select {
+		case <-f.ctx.Done():
+			t.Fatal("the held report never reached budgetd")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	for range 50 { // still in fallback: its lease has not landed
+		b.RecordFirstAttempt()
+	}
+	release()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-f.ctx.Done():
+		t.Fatal("the held Refresh never returned")
+	}
+	if st := b.Status(); st.Mode != budget.Shared {
+		t.Fatalf("after the lease landed: mode %v, want shared", st.Mode)
+	}
+	if err := f.c.Refresh(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	var first, fallback uint64
+	for _, r := range f.srv.Reports()[seen:] {
+		if r.Key == key {
+			first += r.FirstAttempts
+			fallback += r.FallbackFirstAttempts
+		}
+	}
+	if first != 150 || fallback != 150 {
+		t.Errorf("reported first %d, earned locally %d; want 150, 150", first, fallback)
+	}
+}

@@ -314,21 +314,20 @@ func (c *Client) refresh(ctx context.Context) (time.Duration, error) {
 	req := &budgetv1.LeaseRequest{ClientId: c.cfg.ClientID, Reports: make([]*budgetv1.KeyReport, len(keys))}
 	firsts := make([]uint64, len(keys))
 	retries := make([]uint64, len(keys))
+	locals := make([]uint64, len(keys))
 	for i, b := range keys {
-		// Under mu, so that the key cannot enter fallback between reading
-		// its counts and its mode.
+		// Under mu, so that the key cannot change mode between reading its
+		// counts and its fallback count.
 		b.mu.Lock()
 		firsts[i], retries[i] = b.first.Load(), b.retries.Load()
-		acked := b.ackFirst.Load()
-		var local uint64 // sent in fallback: the local budget earned on them
-		if fb := b.fallback.Load(); fb != nil {
-			local = firsts[i] - max(fb.fromFirst, acked)
-		}
+		locals[i] = b.earnedInFallback(firsts[i])
 		b.mu.Unlock()
+		acked := b.ackFirst.Load()
 		req.Reports[i] = &budgetv1.KeyReport{
-			Key:                   b.key,
-			FirstAttempts:         firsts[i] - acked,
-			FallbackFirstAttempts: local,
+			Key:           b.key,
+			FirstAttempts: firsts[i] - acked,
+			// Sent in fallback: the local budget earned on them.
+			FallbackFirstAttempts: min(locals[i]-b.ackFallback, firsts[i]-acked),
 			Retries:               retries[i] - b.ackRetries.Load(),
 			TokensWanted:          b.want(now, firsts[i]),
 			Span:                  durationpb.New(max(now.Sub(b.ackAt), 0)),
@@ -358,6 +357,7 @@ func (c *Client) refresh(ctx context.Context) (time.Duration, error) {
 		// budgetd took the report, lease or not.
 		b.ackFirst.Store(firsts[i])
 		b.ackRetries.Store(retries[i])
+		b.ackFallback = locals[i]
 		b.ackAt = now
 		kl := byKey[b.key]
 		validFor := min(kl.GetValidFor().AsDuration(), maxValidFor)

@@ -382,7 +382,10 @@ func (l *Limiter) endWindow(now time.Duration) {
 // publish recomputes what Acquire reads. l.mu is held.
 func (l *Limiter) publish() {
 	if l.fromCeiling && !l.grown {
-		l.adaptive = float64(l.ceiling)
+		// The highest ceiling so far: a ceiling that dips (a verifier
+		// missing) and rises again gives the limit back, as SetCeiling
+		// promises, even if a queue formed during the dip.
+		l.adaptive = max(l.adaptive, float64(l.ceiling))
 	}
 	adaptive := int64(l.adaptive)
 	limit := min(adaptive, int64(l.ceiling))

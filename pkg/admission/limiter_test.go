@@ -145,6 +145,14 @@ func TestStartsAtTheCeiling(t *testing.T) {
 	if got := l.Limit(); got != 60 {
 		t.Fatalf("limit after the ceiling moved to 60 = %d, want 60", got)
 	}
+	// A dip (a verifier missing) during which a queue forms, short of the
+	// target: when the ceiling rises again the limit is back with it.
+	l.SetCeiling(30)
+	saturatedWindow(l, clk, okWait(30*time.Millisecond)) // above half the target: a queue has formed
+	l.SetCeiling(60)
+	if got := l.Limit(); got != 60 {
+		t.Fatalf("limit after a dip to 30 with a queue and the ceiling back at 60 = %d, want 60", got)
+	}
 	// Empty queues, no demand: it stays at the ceiling.
 	for range 5 {
 		saturatedWindow(l, clk, ok0)
@@ -155,6 +163,9 @@ func TestStartsAtTheCeiling(t *testing.T) {
 	// A queue above the target: it shrinks from the ceiling, as any limit.
 	if got := saturatedWindow(l, clk, okWait(100*time.Millisecond)); got != 42 {
 		t.Fatalf("adaptive after a window at twice the target = %d, want 42 (60 × 0.7)", got)
+	}
+	if got := l.Limit(); got != 42 {
+		t.Fatalf("limit after the shrink = %d, want 42", got)
 	}
 	// From now on a rising ceiling is not followed: the limit regrows only
 	// under demand.

@@ -51,8 +51,9 @@ type backend struct {
 
 // fitQueue sizes b's queue in time: what its workers finish in delay at
 // its median service time (queueFor), held at the largest size asked for
-// over the last seconds (queueSizes, rolled once a second by
-// Gateway.fitQueues). A burst of slow hashes — the host busy for a moment —
+// over the last seconds (queueSizes, rolled once a second by the
+// gateway's housekeeping, and emptied when the worker count changes: sizes
+// held for other workers would over-credit it). A burst of slow hashes — the host busy for a moment —
 // then takes no slots away from the next Poisson burst (the verifier's own
 // admission still bounds the wait, by its projections); a slowdown that
 // lasts shrinks the queue once the held sizes have rolled out. It reports
@@ -68,16 +69,21 @@ func (b *backend) fitQueue(delay time.Duration) bool {
 func (b *backend) eligible() bool { return b.serving.Load() && !b.retired.Load() }
 
 // sawWorkers records an answer's worker count and reports whether it changed.
+// Sizes held for another worker count are forgotten.
 func (b *backend) sawWorkers(w int64) bool {
 	b.workAt.Store(time.Now().UnixNano())
-	return b.workers.Swap(w) != w
+	if b.workers.Swap(w) == w {
+		return false
+	}
+	b.queueSizes.reset()
+	return true
 }
 
 // expireWorkers forgets a worker count that no answer confirmed for
-// workersTTL.
+// workersTTL, and the queue sizes held for it.
 func (b *backend) expireWorkers(now time.Time) {
-	if at := b.workAt.Load(); at != 0 && now.UnixNano()-at > int64(workersTTL) {
-		b.workers.Store(0)
+	if at := b.workAt.Load(); at != 0 && now.UnixNano()-at > int64(workersTTL) && b.workers.Swap(0) != 0 {
+		b.queueSizes.reset()
 	}
 }
 

@@ -353,6 +353,9 @@ func (g *Gateway) housekeep(ctx context.Context) {
 	defer t.Stop()
 	for {
 		g.ejectOutliers(time.Now())
+		for _, b := range g.backends.list() {
+			b.queueSizes.roll() // once a second, here only: the hold is in seconds
+		}
 		g.fitQueues()
 		g.fitCeiling()
 		g.setServing(g.ServingVerifiers() > 0)
@@ -480,7 +483,6 @@ func (g *Gateway) fitQueues() {
 	now := time.Now()
 	for _, b := range g.backends.list() {
 		b.expireWorkers(now)
-		b.queueSizes.roll()
 		b.fitQueue(delay)
 	}
 }
@@ -740,7 +742,7 @@ func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f cal
 	err = fn(octx, b.client, grpc.Trailer(&trailer))
 	b.release()
 	if w := trailerInt(trailer, verifier.WorkersTrailer); w > 0 && b.sawWorkers(w) {
-		g.fitQueues()
+		b.fitQueue(g.cfg.VerifierQueueDelay)
 		g.fitCeiling()
 	}
 

@@ -94,6 +94,14 @@ func (w *maxWindow) peek() int64 {
 	return max(w.cur.Load(), slices.Max(w.ring[:]))
 }
 
+// reset forgets every value added.
+func (w *maxWindow) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cur.Store(0)
+	clear(w.ring[:])
+}
+
 func (w *maxWindow) roll() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -165,12 +165,14 @@ func TestPoisonedServiceTimeRecoversUnderTraffic(t *testing.T) {
 	if got := b.queue.Load(); got != healthy {
 		t.Fatalf("queue %d right after a burst of slow hashes, want %d (held)", got, healthy)
 	}
-	for range len(b.queueSizes.ring) {
-		gw.g.fitQueues() // a second each: the held sizes roll out
+	// The current second and the ten before it are held.
+	for range len(b.queueSizes.ring) + 1 {
+		b.queueSizes.roll() // a second each, as the housekeeping does: the held sizes roll out
+		gw.g.fitQueues()
 	}
 	gw.g.fitCeiling()
 	if got, want := b.queue.Load(), max(b.workers.Load(), 1); got != want {
-		t.Fatalf("queue %d with a 10 s median for %d seconds, want the floor of one per worker (%d)", got, len(b.queueSizes.ring), want)
+		t.Fatalf("queue %d with a 10 s median for %d seconds, want the floor of one per worker (%d)", got, len(b.queueSizes.ring)+1, want)
 	}
 	for i := range serviceSamples {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -182,5 +184,32 @@ func TestPoisonedServiceTimeRecoversUnderTraffic(t *testing.T) {
 	}
 	if got := b.queue.Load(); got < healthy/2 {
 		t.Errorf("queue %d after %d answers at the true speed (median %v), want about %d again", got, serviceSamples, b.service.median(), healthy)
+	}
+}
+
+// The queue size a verifier is held at is in calls, so it belongs to the
+// worker count it was computed for: a verifier that now runs fewer workers
+// (restarted smaller, its capacity knob turned down) is not credited with
+// the queue of the workers it had.
+func TestHeldQueueForgetsAnotherWorkerCount(t *testing.T) {
+	var b backend
+	b.sawWorkers(4)
+	for range serviceSamples {
+		b.service.observe(10 * time.Millisecond)
+	}
+	b.fitQueue(500 * time.Millisecond)
+	if got := b.queue.Load(); got != 200 {
+		t.Fatalf("queue of 4 workers at 10 ms for 500 ms = %d, want 200", got)
+	}
+	b.sawWorkers(1)
+	b.fitQueue(500 * time.Millisecond)
+	if got := b.queue.Load(); got != 50 {
+		t.Fatalf("queue after the verifier went down to 1 worker = %d, want 50 (the 200 held for 4 forgotten)", got)
+	}
+	b.workAt.Store(time.Now().Add(-2 * workersTTL).UnixNano())
+	b.expireWorkers(time.Now())
+	b.fitQueue(500 * time.Millisecond)
+	if got := b.queue.Load(); got != 50 {
+		t.Fatalf("queue after the worker count expired = %d, want 50 (one worker assumed)", got)
 	}
 }

@@ -56,14 +56,19 @@ names and roles from your own PKI.
 	if *force && *reuse {
 		return errors.New("levee certs: -force and -reuse: pick one")
 	}
+	set := mtls.DevelopmentSet{Dir: *out, DNS: extraDNS, IPs: extraIPs, ValidFor: *validFor, Force: *force}
 	if *reuse {
-		if mtls.UsableDevelopmentSet(*out, now) {
+		made, err := mtls.EnsureDevelopmentSet(set, now)
+		if err != nil {
+			return fmt.Errorf("levee certs: %w", err)
+		}
+		if !made {
 			fmt.Fprintf(stdout, "levee certs: %s holds a usable set; kept\n", *out)
 			return nil
 		}
-		*force = true // a set that does not load or expires within a day is replaced
+		fmt.Fprintf(stdout, "levee certs: %s held no usable development set; made one\n", *out)
+		return nil
 	}
-	set := mtls.DevelopmentSet{Dir: *out, DNS: extraDNS, IPs: extraIPs, ValidFor: *validFor, Force: *force}
 	if err := mtls.WriteDevelopmentSet(set, now); err != nil {
 		if errors.Is(err, mtls.ErrSetExists) {
 			return fmt.Errorf("levee certs: %w (-force replaces the whole set)", err)

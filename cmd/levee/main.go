@@ -133,9 +133,9 @@ func local(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	security := "plaintext everywhere (-insecure): passwords cross loopback in the clear"
 	if !*insecure {
-		made, err := ensureDevelopmentSet(*tlsDir, time.Now())
+		made, err := mtls.EnsureDevelopmentSet(mtls.DevelopmentSet{Dir: *tlsDir, ValidFor: 90 * 24 * time.Hour}, time.Now())
 		if err != nil {
-			return err
+			return fmt.Errorf("local: development certificates: %w (give -tls-dir another directory)", err)
 		}
 		cfg.TLSDir = *tlsDir
 		security = "mutual TLS on every hop, etcd included, from the development CA in " + *tlsDir
@@ -146,21 +146,6 @@ func local(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return fleet.Run(ctx, cfg, func(a fleet.Addresses) {
 		fmt.Fprint(stdout, localBanner(a, security, cfg.TLSDir))
 	})
-}
-
-// ensureDevelopmentSet makes a development set in dir unless a usable one
-// is there, and says whether it made one.
-func ensureDevelopmentSet(dir string, now time.Time) (bool, error) {
-	if mtls.UsableDevelopmentSet(dir, now) {
-		return false, nil
-	}
-	// levee local's own directory: a set that no longer loads or nears its
-	// expiry is replaced whole.
-	set := mtls.DevelopmentSet{Dir: dir, ValidFor: 90 * 24 * time.Hour, Force: true}
-	if err := mtls.WriteDevelopmentSet(set, now); err != nil {
-		return false, fmt.Errorf("local: development certificates: %w", err)
-	}
-	return true, nil
 }
 
 // localBanner is what levee local prints once the fleet is up: where each
@@ -245,7 +230,7 @@ func etcdCmd(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	if admin != nil {
-		if err := fleet.EnableEtcdAuth(ctx, e.Endpoints(), admin); err != nil {
+		if err := fleet.EnableEtcdAuth(ctx, e.Endpoints(), admin, fleet.EtcdLayout()); err != nil {
 			e.Close()
 			return fmt.Errorf("etcd: access control: %w", err)
 		}
@@ -374,6 +359,10 @@ func etcdAuthCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.SetOutput(stderr)
 	etcd := fs.String("etcd", "127.0.0.1:2379", "comma-separated etcd endpoints")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
+	layout := fleet.EtcdLayout()
+	registry := fs.String("registry-target", strings.TrimSuffix(layout.Registry, "/"), "the verifiers' -registry-target")
+	fs.StringVar(&layout.GatewaySettings, "settings-key", layout.GatewaySettings, "the gateways' -settings-key")
+	fs.StringVar(&layout.Budget, "budget-prefix", layout.Budget, "budgetd's -prefix")
 	var sec mtls.Settings
 	sec.AddFlags(fs)
 	if err := flagenv.Parse(fs, args, nil); err != nil {
@@ -382,6 +371,7 @@ func etcdAuthCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if fs.NArg() > 0 {
 		return fmt.Errorf("etcd-auth: unexpected argument %q", fs.Arg(0))
 	}
+	layout.Registry = *registry + "/"
 	if sec.Insecure {
 		return errors.New("etcd-auth: etcd takes its users from client certificates: give the admin's (-tls-dir)")
 	}
@@ -391,7 +381,7 @@ func etcdAuthCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	if err := fleet.EnableEtcdAuth(ctx, flagenv.List(*etcd), admin); err != nil {
+	if err := fleet.EnableEtcdAuth(ctx, flagenv.List(*etcd), admin, layout); err != nil {
 		return fmt.Errorf("etcd-auth: %w", err)
 	}
 	fmt.Fprintln(stdout, "levee etcd-auth: access control on; users verifier, gateway, budgetd (their own keys) and admin (everything)")

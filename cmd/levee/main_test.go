@@ -105,4 +105,11 @@ func TestCertsCommand(t *testing.T) {
 	if err := run(t.Context(), []string{"certs", "-out", dir, "-force"}, &out, &errOut); err != nil {
 		t.Errorf("second run with -force: %v", err)
 	}
+	out.Reset()
+	if err := run(t.Context(), []string{"certs", "-out", dir, "-reuse"}, &out, &errOut); err != nil || !strings.Contains(out.String(), "kept") {
+		t.Errorf("-reuse on a usable set: %v, %q; want it kept", err, out.String())
+	}
+	if err := run(t.Context(), []string{"certs", "-out", dir, "-reuse", "-force"}, &out, &errOut); err == nil {
+		t.Errorf("-reuse with -force: no error")
+	}
 }

@@ -18,10 +18,11 @@ import (
 )
 
 // Keepalive: a member that stops answering is left within KeepAliveTime +
-// KeepAliveTimeout, and the client moves to another.
+// KeepAliveTimeout, and the client moves to another. etcd refuses pings
+// more often than every 5 s (its --grpc-keepalive-min-time).
 const (
-	KeepAliveTime    = 10 * time.Second
-	KeepAliveTimeout = 5 * time.Second
+	KeepAliveTime    = 5 * time.Second
+	KeepAliveTimeout = 3 * time.Second
 )
 
 // Config says how to reach etcd.

@@ -126,11 +126,13 @@ func Run(ctx context.Context, cfg Config, ready func(Addresses)) error {
 	if cfg.TLSDir != "" {
 		admin, err := mtls.Settings{Dir: cfg.TLSDir}.Load(mtls.IdentityAdmin, mtls.Options{})
 		if err == nil {
-			err = EnableEtcdAuth(ctx, endpoints, admin)
+			err = EnableEtcdAuth(ctx, endpoints, admin, EtcdLayout())
 		}
 		if err != nil {
 			return fmt.Errorf("fleet: etcd access control: %w", err)
 		}
+	} else if err := refuseAuthWithoutTLS(ctx, endpoints, cfg.Etcd.DataDir); err != nil {
+		return err
 	}
 
 	// Listen first, so that every address is known (port 0 included) and
@@ -333,8 +335,8 @@ func EtcdLayout() etcdauth.Layout {
 }
 
 // EnableEtcdAuth turns on etcd's access control for the fleet's identities
-// (etcdauth, with EtcdLayout), presenting admin, within a 30 s bound.
-func EnableEtcdAuth(ctx context.Context, endpoints []string, admin *mtls.Source) error {
+// (etcdauth, for the keys of layout), presenting admin, within a 30 s bound.
+func EnableEtcdAuth(ctx context.Context, endpoints []string, admin *mtls.Source, layout etcdauth.Layout) error {
 	cli, err := etcdclient.New(etcdclient.Config{Endpoints: endpoints, DialTimeout: 10 * time.Second, TLS: admin})
 	if err != nil {
 		return err
@@ -342,5 +344,28 @@ func EnableEtcdAuth(ctx context.Context, endpoints []string, admin *mtls.Source)
 	defer cli.Close()
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return etcdauth.Enable(actx, cli, EtcdLayout())
+	return etcdauth.Enable(actx, cli, layout)
+}
+
+// refuseAuthWithoutTLS fails when the etcd a plaintext fleet runs on has
+// its access control on (a run with TLS turned it on in the same data
+// directory): without certificates no component could read or write a key,
+// and each would retry "user name is empty" for ever.
+func refuseAuthWithoutTLS(ctx context.Context, endpoints []string, dataDir string) error {
+	cli, err := etcdclient.New(etcdclient.Config{Endpoints: endpoints, DialTimeout: 10 * time.Second})
+	if err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
+	defer cli.Close()
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := cli.AuthStatus(actx)
+	if err != nil {
+		return fmt.Errorf("fleet: etcd auth status: %w", err)
+	}
+	if st.Enabled {
+		return fmt.Errorf("fleet: the etcd data in %s has access control on, from a run with TLS: run without -insecure, "+
+			"or give another data directory", dataDir)
+	}
+	return nil
 }

@@ -88,6 +88,17 @@ func TestMutualTLSFleet(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Errorf("fleet: %v", err)
 		}
+		// The same data in plaintext: etcd's access control is on, so a
+		// fleet without certificates could do nothing; it refuses to start
+		// and says why.
+		plain := cfg
+		plain.TLSDir = ""
+		pctx, pcancel := context.WithTimeout(context.Background(), time.Minute)
+		defer pcancel()
+		if err := Run(pctx, plain, func(Addresses) { t.Error("a plaintext fleet on TLS etcd data started") }); err == nil ||
+			!strings.Contains(err.Error(), "access control on") {
+			t.Errorf("plaintext fleet on the data of a TLS run: %v, want a refusal naming etcd's access control", err)
+		}
 	}()
 	if len(a.Etcd) != 1 || !strings.HasPrefix(a.Etcd[0], "https://") {
 		t.Fatalf("etcd endpoints %v, want one https:// URL", a.Etcd)

@@ -1,6 +1,8 @@
 package mtls
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -80,7 +82,7 @@ func WriteDevelopmentSet(d DevelopmentSet, now time.Time) error {
 	if d.ValidFor <= 0 {
 		return errors.New("mtls: a development set needs a positive validity")
 	}
-	ca, err := NewCA("Levee development CA", d.ValidFor, now)
+	ca, err := NewCA(devCAName, d.ValidFor, now)
 	if err != nil {
 		return err
 	}
@@ -116,6 +118,39 @@ func (ca *CA) WriteSet(d DevelopmentSet, now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// devCAName is the common name of every development CA: what marks a set
+// as one EnsureDevelopmentSet may replace.
+const devCAName = "Levee development CA"
+
+// ErrNotDevelopmentSet is EnsureDevelopmentSet's error for a directory whose
+// ca.crt is another CA's: certificates someone issued are never replaced
+// automatically.
+var ErrNotDevelopmentSet = errors.New("holds certificates of another CA; not replacing them")
+
+// EnsureDevelopmentSet keeps a usable development set in d.Dir
+// (UsableDevelopmentSet), or makes a new one (d.Force is implied) when the
+// directory holds none, or a development set that no longer loads or
+// expires within a day. A ca.crt of any other CA is refused with
+// ErrNotDevelopmentSet. It reports whether it made a set. (A kept set keeps
+// the names it was made with, whatever d.DNS and d.IPs ask.)
+func EnsureDevelopmentSet(d DevelopmentSet, now time.Time) (made bool, err error) {
+	if UsableDevelopmentSet(d.Dir, now) {
+		return false, nil
+	}
+	if pemData, err := os.ReadFile(filepath.Join(d.Dir, "ca.crt")); err == nil {
+		block, _ := pem.Decode(pemData)
+		if block == nil {
+			return false, fmt.Errorf("mtls: %s: ca.crt %w", d.Dir, ErrNotDevelopmentSet)
+		}
+		ca, err := x509.ParseCertificate(block.Bytes)
+		if err != nil || ca.Subject.CommonName != devCAName {
+			return false, fmt.Errorf("mtls: %s %w", d.Dir, ErrNotDevelopmentSet)
+		}
+	}
+	d.Force = true
+	return true, WriteDevelopmentSet(d, now)
 }
 
 // UsableDevelopmentSet reports whether dir holds a whole set that loads and

@@ -70,3 +70,46 @@ func TestDevelopmentSet(t *testing.T) {
 		t.Errorf("a set missing a key is usable")
 	}
 }
+
+// EnsureDevelopmentSet makes a set where there is none, keeps a usable one,
+// replaces a development set near its expiry, and never replaces another
+// CA's certificates.
+func TestEnsureDevelopmentSet(t *testing.T) {
+	now := time.Now()
+	dir := t.TempDir()
+	set := DevelopmentSet{Dir: dir, ValidFor: 48 * time.Hour}
+	if made, err := EnsureDevelopmentSet(set, now); err != nil || !made {
+		t.Fatalf("empty directory: made %v, %v; want a new set", made, err)
+	}
+	before, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if made, err := EnsureDevelopmentSet(set, now); err != nil || made {
+		t.Fatalf("usable set: made %v, %v; want it kept", made, err)
+	}
+	if made, err := EnsureDevelopmentSet(set, now.Add(36*time.Hour)); err != nil || !made {
+		t.Fatalf("set expiring within a day: made %v, %v; want a new one", made, err)
+	}
+	after, _ := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if string(after) == string(before) {
+		t.Errorf("the expiring set's CA was kept")
+	}
+
+	// Someone's own PKI: a CA of another name, and only some of the files.
+	own := t.TempDir()
+	ca, err := NewCA("Example Corp Issuing CA", time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ca.WriteFiles(own, IdentityGateway, Leaf{Name: "gw", Server: true, DNS: []string{"gw"}, ValidFor: time.Hour}, now); err != nil {
+		t.Fatal(err)
+	}
+	ownCA, _ := os.ReadFile(filepath.Join(own, "ca.crt"))
+	if _, err := EnsureDevelopmentSet(DevelopmentSet{Dir: own, ValidFor: time.Hour}, now); !errors.Is(err, ErrNotDevelopmentSet) {
+		t.Errorf("directory of another CA: %v, want ErrNotDevelopmentSet", err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(own, "ca.crt")); string(got) != string(ownCA) {
+		t.Errorf("another CA's ca.crt was replaced")
+	}
+}

@@ -277,8 +277,11 @@ func (c *containerCtl) restart(ctx context.Context) error {
 }
 
 // drain stops the container as docker stop does (SIGTERM, then SIGKILL
-// after its stop_grace_period) and waits for it.
-func (c *containerCtl) drain(context.Context) error { return c.run("stop") }
+// after its stop_grace_period) and waits for it, or for ctx.
+func (c *containerCtl) drain(ctx context.Context) error {
+	_, err := docker(ctx, "stop", c.id)
+	return err
+}
 
 // partitionRule is the iptables comment that marks the lab's rules.
 const partitionRule = "levee-storm-partition"
@@ -304,20 +307,31 @@ func (c *containerCtl) partition(peers []controller) error {
 		return fmt.Errorf("storm: partition of %s: the peers have no address", c.id)
 	}
 	for _, a := range addrs {
-		for _, rule := range [][]string{{"OUTPUT", "-d", a}, {"INPUT", "-s", a}} {
+		// Recorded first: heal (and lift) remove whatever went in, and -D
+		// of a rule not there only fails.
+		c.cutOff = append(c.cutOff, a)
+		for _, rule := range partitionRules(a) {
 			if err := c.iptables(append([]string{"-I"}, rule...)...); err != nil {
 				return errors.Join(err, c.heal())
 			}
 		}
 	}
-	c.cutOff = addrs
 	return nil
 }
 
+// partitionRules are the two rules that drop what goes to a and comes
+// from it.
+func partitionRules(a string) [][]string { return [][]string{{"OUTPUT", "-d", a}, {"INPUT", "-s", a}} }
+
+// heal removes the rules partition inserted. A rule that is not there
+// (its insertion failed) is no error.
 func (c *containerCtl) heal() error {
 	var errs []error
 	for _, a := range c.cutOff {
-		for _, rule := range [][]string{{"OUTPUT", "-d", a}, {"INPUT", "-s", a}} {
+		for _, rule := range partitionRules(a) {
+			if c.iptables(append([]string{"-C"}, rule...)...) != nil {
+				continue // not there
+			}
 			errs = append(errs, c.iptables(append([]string{"-D"}, rule...)...))
 		}
 	}
@@ -389,6 +403,9 @@ func (c *containerCtl) lift() error {
 	}
 	if c.cut {
 		errs = append(errs, c.limitCPU(0))
+	}
+	if len(c.cutOff) > 0 {
+		errs = append(errs, c.heal())
 	}
 	return errors.Join(errs...)
 }

@@ -105,6 +105,11 @@ type Result struct {
 	Verdict  Verdict
 	// Spans are the judged windows in seconds since the start.
 	Base, Trig, Obs window
+	// Applied is when the trigger was in force, since the start: when its
+	// signals were delivered or its limits set, which is later than
+	// Trig's first second by however long that took (a loaded Docker
+	// takes seconds). Zero without a trigger.
+	Applied time.Duration
 }
 
 // newRequest makes the lab's stored hash: a fresh Argon2id hash of a fixed
@@ -189,6 +194,7 @@ func runExperiment(ctx context.Context, f *Fleet, clients Clients, q request, ca
 	}()
 
 	var trigErr error
+	var applied time.Duration
 	if e.Trigger.Kind != None {
 		wg.Add(1)
 		go func() { // the trigger, on schedule, always undone
@@ -208,6 +214,7 @@ func runExperiment(ctx context.Context, f *Fleet, clients Clients, q request, ca
 				cancel()
 				return
 			}
+			applied = time.Since(start)
 			t.Reset(time.Until(at.Add(e.Trigger.Duration)))
 			select {
 			case <-rctx.Done():
@@ -238,7 +245,7 @@ func runExperiment(ctx context.Context, f *Fleet, clients Clients, q request, ca
 		return nil, err
 	}
 	afterWindow := int(e.AfterWindow / time.Second)
-	res := &Result{Fleet: f.Name, Experiment: e, Capacity: capacity, Series: s, Base: base, Trig: trig, Obs: obs}
+	res := &Result{Fleet: f.Name, Experiment: e, Capacity: capacity, Series: s, Base: base, Trig: trig, Obs: obs, Applied: applied}
 	res.Verdict = judge(s, base, trig, obs, afterWindow)
 	return res, nil
 }

@@ -255,8 +255,10 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 	// every member has them, metrics or not (the lab's etcd has none).
 	for _, m := range sc.f.Members {
 		if p, ok := m.ctl.(*proc); ok {
-			if rss, fds, ok := procUsage(p.pid()); ok {
+			pid := p.pid()
+			if rss, fds, ok := procUsage(pid); ok {
 				out[prefix(m)+"_rss_mb"], out[prefix(m)+"_fds"] = rss, fds
+				out[prefix(m)+"_pid"] = float64(pid) // a restart would hide growth
 			}
 		}
 	}
@@ -283,6 +285,9 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 		}
 		if _, ok := mfs["go_goroutines"]; ok {
 			set(pre+"_goroutines", sumOf(mfs, "go_goroutines", nil))
+		}
+		if _, ok := mfs["process_start_time_seconds"]; ok {
+			set(pre+"_start", sumOf(mfs, "process_start_time_seconds", nil))
 		}
 		switch p.m.Role {
 		case RoleGateway:

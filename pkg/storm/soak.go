@@ -70,11 +70,15 @@ type SoakResult struct {
 	Growth []Growth
 	// Served is the share of the judged span's arrivals that succeeded.
 	Served float64
+	// Unjudged names what could not be judged: a member that restarted
+	// during the span (its levels start again from nothing), or one with
+	// an early level and no late one.
+	Unjudged []string
 }
 
 // OK reports whether nothing grew and the fleet served.
 func (r SoakResult) OK() bool {
-	if len(r.Growth) == 0 || r.Served < 0.95 {
+	if len(r.Growth) == 0 || r.Served < 0.95 || len(r.Unjudged) > 0 {
 		return false
 	}
 	for _, g := range r.Growth {
@@ -119,6 +123,24 @@ func judgeSoak(res *Result) *SoakResult {
 	columns := slices.Clone(res.Series.columns)
 	res.Series.mu.Unlock()
 	for _, c := range columns {
+		// A process that restarted (another PID, another start time) has
+		// levels that started again from nothing: growth up to a crash
+		// would read as none.
+		if member, ok := cutAnySuffix(c, "_pid", "_start"); ok {
+			all := res.Series.Scraped(c)
+			first := math.NaN()
+			for i := base.from; i < min(base.to, len(all)); i++ {
+				switch {
+				case math.IsNaN(all[i]):
+				case math.IsNaN(first):
+					first = all[i]
+				case all[i] != first:
+					out.Unjudged = append(out.Unjudged, fmt.Sprintf("%s restarted %ds into the span", member, i-base.from))
+					i = base.to
+				}
+			}
+			continue
+		}
 		for _, m := range soakMetrics {
 			member, ok := strings.CutSuffix(c, m.suffix)
 			if !ok {
@@ -126,7 +148,11 @@ func judgeSoak(res *Result) *SoakResult {
 			}
 			all := res.Series.Scraped(c)
 			early, late := median(all, base.from, base.from+fifth), median(all, base.to-fifth, base.to)
-			if math.IsNaN(early) || math.IsNaN(late) {
+			if math.IsNaN(early) {
+				continue
+			}
+			if math.IsNaN(late) {
+				out.Unjudged = append(out.Unjudged, fmt.Sprintf("%s: %s measured early, not late", member, m.what))
 				continue
 			}
 			out.Growth = append(out.Growth, Growth{Member: member, Metric: m.what, Early: early, Late: late,
@@ -134,6 +160,16 @@ func judgeSoak(res *Result) *SoakResult {
 		}
 	}
 	return out
+}
+
+// cutAnySuffix cuts the first of suffixes s ends with.
+func cutAnySuffix(s string, suffixes ...string) (string, bool) {
+	for _, x := range suffixes {
+		if b, ok := strings.CutSuffix(s, x); ok {
+			return b, true
+		}
+	}
+	return s, false
 }
 
 // median of the known values of xs[from:to]; NaN when none.
@@ -198,6 +234,9 @@ func writeSoak(out string, cfg Config, r *SoakResult) ([]string, error) {
 			describeClients(cfg.Clients), cfg.Soak.Duration, soakWarmup, verdict)
 		fmt.Fprintf(w, "Served %.2f %% of the judged span's arrivals (goodput %.0f/s). Each level is the median over the first and the last fifth of the span; "+
 			"a metric may grow by %s.\n\n", 100*r.Served, res.Verdict.Baseline, growthRule())
+		for _, u := range r.Unjudged {
+			fmt.Fprintf(w, "- **not judged**: %s\n", u)
+		}
 		fmt.Fprintln(w, "| member | metric | early | late | allowed | |")
 		fmt.Fprintln(w, "|---|---|---|---|---|---|")
 		for _, g := range r.Growth {

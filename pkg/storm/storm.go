@@ -144,6 +144,9 @@ func (c Config) Validate() error {
 		return c.Sim.Validate() // nothing runs for real
 	case FaultsMode:
 		errs = append(errs, c.Faults.Validate())
+		if c.Source != Compose {
+			errs = append(errs, errors.New("storm: the fault suite runs on the compose fleet (-fleet compose): a partition needs containers"))
+		}
 	case SoakMode:
 		errs = append(errs, c.Soak.Validate())
 	default:

@@ -249,18 +249,25 @@ func (t Trigger) rollingRestart(ctx context.Context, targets []*Member) (func(co
 	}
 	done := make(chan error, 1)
 	go func() {
-		var errs []error
+		// One at a time, and not one more after a member that did not come
+		// back: a rolling restart that carries on takes the fleet down.
 		for i, ctl := range ctls {
 			if err := ctl.drain(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("storm: stopping %s: %w", targets[i].Name, err))
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+				err = errors.Join(err, ctl.restart(rctx)) // bring it back whatever state it is in
+				cancel()
+				done <- fmt.Errorf("storm: stopping %s: %w", targets[i].Name, err)
+				return
 			}
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-			if err := ctl.restart(rctx); err != nil {
-				errs = append(errs, fmt.Errorf("storm: starting %s: %w", targets[i].Name, err))
-			}
+			err := ctl.restart(rctx)
 			cancel()
+			if err != nil {
+				done <- fmt.Errorf("storm: starting %s: %w", targets[i].Name, err)
+				return
+			}
 		}
-		done <- errors.Join(errs...)
+		done <- nil
 	}()
 	return func(ctx context.Context) error {
 		select {

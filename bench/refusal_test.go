@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/verifier"
 	"github.com/leveehq/levee/pkg/verify"
 	"github.com/leveehq/levee/pkg/workpool"
@@ -152,8 +153,8 @@ func refusingServer(b *testing.B) (*server, *verifyv1.VerifyRequest) {
 	if err := wantCode(err, codes.ResourceExhausted); err != nil {
 		b.Fatalf("probe: %v", err)
 	}
-	if got := trailer.Get(verifier.PushbackTrailer); len(got) != 1 || got[0] != "-1" {
-		b.Fatalf("probe: trailer %s = %q, want [-1]", verifier.PushbackTrailer, got)
+	if got := trailer.Get(callmeta.PushbackKey); len(got) != 1 || got[0] != "-1" {
+		b.Fatalf("probe: trailer %s = %q, want [-1]", callmeta.PushbackKey, got)
 	}
 	return s, req
 }

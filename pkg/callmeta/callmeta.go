@@ -1,8 +1,11 @@
-// Package callmeta carries the facts about a request that every hop needs
-// for its shedding and retry decisions — which attempt this is, how urgent it
-// is, and on whose behalf it is made — as gRPC metadata.
+// Package callmeta is Levee's wire contract beyond the protobuf messages: the
+// facts about a request that every hop needs for its shedding and retry
+// decisions — which attempt this is, how urgent it is, and on whose behalf
+// it is made — as gRPC request metadata, and the answer's trailers: gRPC's
+// pushback and a verifier's account of how it served a call (answer.go).
+// Every component reads and writes them here and nowhere else.
 //
-// The wire form is three metadata keys, each holding at most one value:
+// The request's wire form is three metadata keys, each holding at most one value:
 //
 //	levee-attempt   decimal 1..100, no sign or leading zero; 1 is the first attempt
 //	levee-priority  "critical", "interactive" or "batch"

@@ -39,7 +39,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
@@ -51,10 +50,6 @@ import (
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/deadline"
 )
-
-// PushbackTrailer is gRPC's "retry after N ms" trailer; negative means "do
-// not retry".
-const PushbackTrailer = "grpc-retry-pushback-ms"
 
 // Why a retryable failure was not retried, wrapped into the returned error.
 var (
@@ -272,19 +267,16 @@ func retryable(err error, trailer metadata.MD) (time.Duration, verdict) {
 	if code != codes.Unavailable && code != codes.ResourceExhausted {
 		return 0, noRetry
 	}
-	vs := trailer.Get(PushbackTrailer)
-	if len(vs) == 0 {
-		if code == codes.ResourceExhausted {
-			return 0, noRetry // overloaded, and no word on retrying: do not pile on
-		}
+	after, ok, present := callmeta.PushbackFrom(trailer)
+	switch {
+	case !present && code == codes.ResourceExhausted:
+		return 0, noRetry // overloaded, and no word on retrying: do not pile on
+	case !present:
 		return 0, retry
-	}
-	ms, perr := strconv.ParseInt(vs[0], 10, 64)
-	if len(vs) > 1 || perr != nil || ms < 0 {
+	case !ok:
 		return 0, pushedBack
 	}
-	const maxMs = int64(time.Hour / time.Millisecond) // no overflow; the deadline check refuses it anyway
-	return time.Duration(min(ms, maxMs)) * time.Millisecond, retryAfterPushback
+	return after, retryAfterPushback
 }
 
 // sleep waits d or until ctx ends.

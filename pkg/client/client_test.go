@@ -75,7 +75,7 @@ func (v *verifier) handle(ctx context.Context, method string) error {
 	ans := v.script(n, a)
 	if len(ans.pushback) > 0 {
 		md := metadata.MD{}
-		md.Append(client.PushbackTrailer, ans.pushback...)
+		md.Append(callmeta.PushbackKey, ans.pushback...)
 		_ = grpc.SetTrailer(ctx, md)
 	}
 	if ans.code == codes.OK {

@@ -275,7 +275,7 @@ type slowVerifier struct {
 
 func (s *slowVerifier) Verify(ctx context.Context, _ *verifyv1.VerifyRequest) (*verifyv1.VerifyResponse, error) {
 	if n := s.calls.Add(1); s.overloadEvery > 0 && n%int64(s.overloadEvery) == 0 {
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(PushbackTrailer, "-1", verifier.WorkersTrailer, strconv.Itoa(s.workers)))
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(callmeta.PushbackKey, "-1", callmeta.WorkersKey, strconv.Itoa(s.workers)))
 		return nil, status.Error(codes.ResourceExhausted, "verifier overloaded: projected queue wait exceeds the maximum; do not retry")
 	}
 	select {
@@ -284,9 +284,9 @@ func (s *slowVerifier) Verify(ctx context.Context, _ *verifyv1.VerifyRequest) (*
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	_ = grpc.SetTrailer(ctx, metadata.Pairs(
-		verifier.QueueWaitTrailer, strconv.FormatInt(s.queueWait.Microseconds(), 10),
-		verifier.ServiceTimeTrailer, strconv.FormatInt((s.answerIn-s.queueWait).Microseconds(), 10),
-		verifier.WorkersTrailer, strconv.Itoa(s.workers)))
+		callmeta.QueueWaitKey, strconv.FormatInt(s.queueWait.Microseconds(), 10),
+		callmeta.ServiceTimeKey, strconv.FormatInt((s.answerIn-s.queueWait).Microseconds(), 10),
+		callmeta.WorkersKey, strconv.Itoa(s.workers)))
 	return &verifyv1.VerifyResponse{Match: true}, nil
 }
 

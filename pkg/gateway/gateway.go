@@ -41,7 +41,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,12 +67,8 @@ import (
 	"github.com/leveehq/levee/pkg/budget"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/deadline"
-	"github.com/leveehq/levee/pkg/verifier"
 	"github.com/leveehq/levee/pkg/verify"
 )
-
-// PushbackTrailer is gRPC's trailer for "retry after N ms".
-const PushbackTrailer = "grpc-retry-pushback-ms"
 
 // Gateway is one gateway. Create it with New; serve it with Serve or Run.
 type Gateway struct {
@@ -150,8 +145,7 @@ func New(cfg Config) (*Gateway, error) {
 	g.settings.Store(&Settings{})
 	for i := range g.pushbacks {
 		span := cfg.PushbackMax - cfg.PushbackMin
-		ms := (cfg.PushbackMin + time.Duration(float64(span)*float64(i)/float64(len(g.pushbacks)-1))).Milliseconds()
-		g.pushbacks[i] = metadata.Pairs(PushbackTrailer, strconv.FormatInt(ms, 10))
+		g.pushbacks[i] = callmeta.PushbackTrailer(cfg.PushbackMin + time.Duration(float64(span)*float64(i)/float64(len(g.pushbacks)-1)))
 	}
 	probe := cfg.ProbeInterval
 	if cfg.Unguarded {
@@ -411,9 +405,6 @@ var (
 		"dropped by the recovery autopilot: older than the typical client timeout")
 )
 
-// pushbackDoNotRetry tells the caller not to retry: the fleet already did.
-var pushbackDoNotRetry = metadata.Pairs(PushbackTrailer, "-1")
-
 // pushback sets a jittered retry-after trailer.
 func (g *Gateway) pushback(ctx context.Context) {
 	_ = grpc.SetTrailer(ctx, g.pushbacks[rand.IntN(len(g.pushbacks))])
@@ -578,11 +569,12 @@ func (g *Gateway) forwardUnguarded(ctx context.Context, f callmeta.Facts, hop ho
 	var trailer metadata.MD
 	err := hop(callmeta.AppendOutgoing(ctx, f), b.client, grpc.Trailer(&trailer))
 	b.pending.Add(-1)
-	if w := trailerInt(trailer, verifier.WorkersTrailer); w > 0 {
-		b.workers.Store(w)
+	served := callmeta.ServedFrom(trailer)
+	if served.Workers > 0 {
+		b.workers.Store(int64(served.Workers))
 	}
-	if service := trailerMicros(trailer, verifier.ServiceTimeTrailer); service > 0 {
-		b.service.observe(service) // for the bistability margin only
+	if served.Service > 0 {
+		b.service.observe(served.Service) // for the bistability margin only
 	}
 	switch {
 	case err != nil:
@@ -660,7 +652,7 @@ func (g *Gateway) serve(ctx context.Context, f callmeta.Facts, hop hopFunc) erro
 			rf.Attempt = max(f.Attempt, 1) + 1
 			res = g.hop(ctx, call, b2, rf, hop)
 			if res.err != nil && res.pushback == nil {
-				res.pushback = pushbackDoNotRetry
+				res.pushback = callmeta.DoNotRetry // the fleet already retried
 			}
 		} else {
 			g.metrics.fleetNoBudget.Inc()
@@ -741,7 +733,8 @@ func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f cal
 	var trailer metadata.MD
 	err = fn(octx, b.client, grpc.Trailer(&trailer))
 	b.release()
-	if w := trailerInt(trailer, verifier.WorkersTrailer); w > 0 && b.sawWorkers(w) {
+	served := callmeta.ServedFrom(trailer)
+	if served.Workers > 0 && b.sawWorkers(int64(served.Workers)) {
 		b.fitQueue(g.cfg.VerifierQueueDelay)
 		g.fitCeiling()
 	}
@@ -765,7 +758,7 @@ func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f cal
 		res.answered = true
 		b.brk.Load().Record(true)
 		g.metrics.result(b, "ok")
-		wait, service := trailerMicros(trailer, verifier.QueueWaitTrailer), trailerMicros(trailer, verifier.ServiceTimeTrailer)
+		wait, service := served.QueueWait, served.Service
 		if wait >= 0 {
 			res.sample = admission.Sample{QueueWait: wait, Outcome: admission.OutcomeOK}
 			g.metrics.verifierWait.Observe(wait.Seconds())
@@ -778,8 +771,7 @@ func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f cal
 			}
 		}
 	case codes.ResourceExhausted:
-		pb := trailer.Get(PushbackTrailer)
-		if len(pb) != 1 || pb[0] != "-1" {
+		if _, retry, present := callmeta.PushbackFrom(trailer); !present || retry {
 			// Not the verifier's own overload refusal (which always says
 			// "do not retry"): a transport limit, say. Counting it as
 			// overload would let any caller who can provoke it hold the
@@ -790,7 +782,7 @@ func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f cal
 		// Overloaded: a load signal for the limiter, not a node fault.
 		g.metrics.result(b, "overloaded")
 		res.sample = admission.Sample{Outcome: admission.OutcomeOverloaded}
-		res.pushback = metadata.Pairs(PushbackTrailer, pb[0])
+		res.pushback = callmeta.DoNotRetry
 	case codes.Unavailable, codes.Internal, codes.Unknown, codes.DataLoss, codes.Unimplemented:
 		b.brk.Load().Record(false)
 		g.metrics.result(b, "failure")
@@ -804,7 +796,8 @@ func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f cal
 			// not, or a transient error would exclude a healthy node until
 			// its health next changed. The breaker counts the failure.
 			res.err = errVerifierUnavailable
-			res.retryable = ctx.Err() == nil && len(trailer.Get(PushbackTrailer)) == 0
+			_, _, pushedBack := callmeta.PushbackFrom(trailer)
+			res.retryable = ctx.Err() == nil && !pushedBack
 		}
 	default:
 		// DEADLINE_EXCEEDED, CANCELED and the rest say nothing about the
@@ -814,28 +807,6 @@ func (g *Gateway) hop(ctx context.Context, call *inflightCall, b *backend, f cal
 		g.metrics.result(b, "other")
 	}
 	return res
-}
-
-// trailerInt reads a non-negative integer trailer; -1 when absent or bad.
-func trailerInt(md metadata.MD, key string) int64 {
-	v := md.Get(key)
-	if len(v) != 1 {
-		return -1
-	}
-	n, err := strconv.ParseInt(v[0], 10, 64)
-	if err != nil || n < 0 {
-		return -1
-	}
-	return n
-}
-
-// trailerMicros reads a whole-microseconds trailer; -1 when absent or bad.
-func trailerMicros(md metadata.MD, key string) time.Duration {
-	us := trailerInt(md, key)
-	if us < 0 || us > math.MaxInt64/int64(time.Microsecond) {
-		return -1
-	}
-	return time.Duration(us) * time.Microsecond
 }
 
 // ServingVerifiers returns how many verifiers the gateway would pick from now

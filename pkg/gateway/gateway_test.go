@@ -243,7 +243,7 @@ func TestRefusalCarriesJitteredPushback(t *testing.T) {
 		if took := time.Since(start); took > time.Second {
 			t.Errorf("refusal took %v", took)
 		}
-		pb := trailer.Get(PushbackTrailer)
+		pb := trailer.Get(callmeta.PushbackKey)
 		if len(pb) != 1 {
 			t.Fatalf("pushback trailer = %q, want one value", pb)
 		}

@@ -199,7 +199,7 @@ func TestOneLayerRetries(t *testing.T) {
 	if got := gw.metric(t, "levee_gateway_fleet_retries_total", nil) - before; got != 1 {
 		t.Errorf("the gateway retried a first attempt %v times, want once", got)
 	}
-	if pb := trailer.Get(PushbackTrailer); len(pb) != 1 || pb[0] != "-1" {
+	if pb := trailer.Get(callmeta.PushbackKey); len(pb) != 1 || pb[0] != "-1" {
 		t.Errorf("pushback %q after the gateway's own retry failed, want -1 (do not retry)", pb)
 	}
 
@@ -215,7 +215,7 @@ func TestOneLayerRetries(t *testing.T) {
 	if got := gw.metric(t, "levee_gateway_fleet_retries_denied_total", nil) - deniedBefore; got != 0 {
 		t.Errorf("the gateway asked the budget to retry a caller's retry (%v denied), want it never considered", got)
 	}
-	if pb := trailer.Get(PushbackTrailer); len(pb) == 1 && pb[0] == "-1" {
+	if pb := trailer.Get(callmeta.PushbackKey); len(pb) == 1 && pb[0] == "-1" {
 		t.Errorf("pushback -1 on a failure nobody retried; want the ordinary jittered pushback")
 	}
 }

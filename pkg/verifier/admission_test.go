@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/pkg/callmeta"
 )
 
 // Refusals on arrival: the call ends at once, is never hashed and is counted
@@ -119,14 +120,14 @@ func TestRefusedOnArrival(t *testing.T) {
 			if ctx.Err() != nil {
 				t.Errorf("the call ended when its deadline passed (%v); want a refusal at once", ctx.Err())
 			}
-			if diff := cmp.Diff(tt.wantPushback, trailer.Get(PushbackTrailer)); diff != "" {
-				t.Errorf("trailer %s (-want +got):\n%s", PushbackTrailer, diff)
+			if diff := cmp.Diff(tt.wantPushback, trailer.Get(callmeta.PushbackKey)); diff != "" {
+				t.Errorf("trailer %s (-want +got):\n%s", callmeta.PushbackKey, diff)
 			}
 
 			// The shed path builds no per-call load report and no timing
 			// trailers: a refusal must stay cheap, and the out-of-band ORCA
 			// stream already tells balancers how loaded the node is.
-			for _, key := range []string{"endpoint-load-metrics-bin", QueueWaitTrailer, ServiceTimeTrailer, WorkersTrailer} {
+			for _, key := range []string{"endpoint-load-metrics-bin", callmeta.QueueWaitKey, callmeta.ServiceTimeKey, callmeta.WorkersKey} {
 				if got := trailer.Get(key); len(got) != 0 {
 					t.Errorf("refusal's trailer %s = %q, want none", key, got)
 				}

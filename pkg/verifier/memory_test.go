@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/verify"
 	"github.com/leveehq/levee/pkg/workpool"
 )
@@ -111,7 +112,7 @@ func TestOverBudgetHashRefusedNeverHashed(t *testing.T) {
 			t.Errorf("message %q does not name %q", st.Message(), want)
 		}
 	}
-	if pb := trailer.Get(PushbackTrailer); len(pb) != 0 {
+	if pb := trailer.Get(callmeta.PushbackKey); len(pb) != 0 {
 		t.Errorf("pushback trailer %v on a refusal no retry can fix", pb)
 	}
 	if got := h.hashCount() - hashesBefore; got != 0 {
@@ -132,8 +133,8 @@ func TestOverBudgetHashRefusedNeverHashed(t *testing.T) {
 		EncodedHash: storedArgon2("m=1024,t=1,p=1"), Password: []byte("pw"),
 	}, grpc.Trailer(&trailer))
 	wantOK(t, "hash of exactly the budget", err)
-	if got := trailer.Get(WorkersTrailer); len(got) != 1 || got[0] != "1" {
-		t.Errorf("%s = %v, want [1]", WorkersTrailer, got)
+	if got := trailer.Get(callmeta.WorkersKey); len(got) != 1 || got[0] != "1" {
+		t.Errorf("%s = %v, want [1]", callmeta.WorkersKey, got)
 	}
 }
 
@@ -276,8 +277,8 @@ func TestSlotsBoundedByMemory(t *testing.T) {
 	var trailer metadata.MD
 	_, err := h.verify.Hash(as(context.Background(), "t"), &verifyv1.HashRequest{Password: []byte("pw")}, grpc.Trailer(&trailer))
 	wantOK(t, "Hash", err)
-	if got := trailer.Get(WorkersTrailer); len(got) != 1 || got[0] != "2" {
-		t.Errorf("%s = %v, want [2]", WorkersTrailer, got)
+	if got := trailer.Get(callmeta.WorkersKey); len(got) != 1 || got[0] != "2" {
+		t.Errorf("%s = %v, want [2]", callmeta.WorkersKey, got)
 	}
 }
 

@@ -50,7 +50,6 @@ import (
 	"net"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -65,7 +64,6 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/orca"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
@@ -79,22 +77,6 @@ import (
 	"github.com/leveehq/levee/pkg/registry"
 	"github.com/leveehq/levee/pkg/verify"
 	"github.com/leveehq/levee/pkg/workpool"
-)
-
-// PushbackTrailer is gRPC's trailer for "retry after N ms"; a negative value
-// means "do not retry".
-const PushbackTrailer = "grpc-retry-pushback-ms"
-
-// Trailers of an admitted call: how long it waited for a worker and how long
-// its hash took, in whole microseconds, and how many policy hashes the node
-// can start at once now: its active workers, or fewer when its memory budget
-// holds fewer policy hashes. A gateway's admission limiter adapts to the
-// first, the second calibrates its deadline check, and the third bounds what
-// the gateway sends the node at once.
-const (
-	QueueWaitTrailer   = "levee-queue-wait-us"
-	ServiceTimeTrailer = "levee-service-us"
-	WorkersTrailer     = "levee-workers"
 )
 
 var (
@@ -597,10 +579,7 @@ func (s *Server) runCost(ctx context.Context, rpc string, h *verify.Hash, cost t
 	// handler asked for its recorder: admitted calls only, so that the shed
 	// path builds no report (out-of-band reports still carry the load).
 	orca.CallMetricsRecorderFromContext(ctx)
-	_ = grpc.SetTrailer(ctx, metadata.Pairs(
-		QueueWaitTrailer, strconv.FormatInt(res.Wait.Microseconds(), 10),
-		ServiceTimeTrailer, strconv.FormatInt(res.Service.Microseconds(), 10),
-		WorkersTrailer, strconv.Itoa(s.slots())))
+	_ = grpc.SetTrailer(ctx, callmeta.Served{QueueWait: res.Wait, Service: res.Service, Workers: s.slots()}.Trailer())
 	s.metrics.queueWait.WithLabelValues(rpc).Observe(res.Wait.Seconds())
 	s.metrics.service.WithLabelValues(alg).Observe(res.Service.Seconds())
 	// Learn only from what measured the node's speed for a caller who
@@ -629,8 +608,6 @@ func (s *Server) slots() int {
 
 // Refusals are built once: the shed path formats nothing.
 var (
-	pushbackDoNotRetry = metadata.Pairs(PushbackTrailer, "-1")
-
 	errQueueFull      = status.Error(codes.ResourceExhausted, "verifier overloaded: queue full; do not retry")
 	errWaitTooLong    = status.Error(codes.ResourceExhausted, "verifier overloaded: projected queue wait exceeds the maximum; do not retry")
 	errWouldMiss      = status.Error(codes.ResourceExhausted, "verifier overloaded: projected queue wait would overrun the deadline; do not retry")
@@ -682,7 +659,7 @@ func (s *Server) notRun(ctx context.Context, rpc string, h *verify.Hash, res wor
 		s.log.Error("unexpected pool error", "err", err)
 		return status.Error(codes.Internal, "internal error")
 	}
-	_ = grpc.SetTrailer(ctx, pushbackDoNotRetry)
+	_ = grpc.SetTrailer(ctx, callmeta.DoNotRetry)
 	return s.count(reason, priority, st)
 }
 

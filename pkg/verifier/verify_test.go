@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/verify"
 )
 
@@ -183,10 +184,10 @@ func TestHashAndVerify(t *testing.T) {
 			protocmp.IgnoreFields(&v3orcapb.OrcaLoadReport{}, "application_utilization", "rps_fractional")); diff != "" {
 			t.Errorf("load report (-want +got):\n%s", diff)
 		}
-		if got := trailer.Get(WorkersTrailer); len(got) != 1 || got[0] != "1" {
-			t.Errorf("trailer %s = %q, want the 1 active worker", WorkersTrailer, got)
+		if got := trailer.Get(callmeta.WorkersKey); len(got) != 1 || got[0] != "1" {
+			t.Errorf("trailer %s = %q, want the 1 active worker", callmeta.WorkersKey, got)
 		}
-		for _, key := range []string{QueueWaitTrailer, ServiceTimeTrailer} {
+		for _, key := range []string{callmeta.QueueWaitKey, callmeta.ServiceTimeKey} {
 			vals := trailer.Get(key)
 			if len(vals) != 1 {
 				t.Fatalf("trailer %s = %q, want one value", key, vals)
@@ -195,7 +196,7 @@ func TestHashAndVerify(t *testing.T) {
 				t.Errorf("trailer %s = %q, want a non-negative integer of microseconds", key, vals[0])
 			}
 		}
-		if us, _ := strconv.ParseInt(trailer.Get(ServiceTimeTrailer)[0], 10, 64); us == 0 {
+		if us, _ := strconv.ParseInt(trailer.Get(callmeta.ServiceTimeKey)[0], 10, 64); us == 0 {
 			t.Errorf("service time trailer is 0 µs for a real Argon2 hash")
 		}
 	})

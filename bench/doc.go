@@ -29,7 +29,7 @@
 // results and measure again.
 //
 // The Go runtime settings are process-wide, so the heap mode is chosen per
-// invocation: LEVEE_BENCH_HEAP=resident applies verifier.KeepHeapResident
+// invocation: LEVEE_BENCH_HEAP=resident applies residentheap.Keep
 // (as cmd/verifier does by default) before any benchmark runs; unset or
 // "default" leaves GOGC and the memory limit alone. The mode is printed as
 // a "heap:" configuration line in the benchmark output, so benchstat can

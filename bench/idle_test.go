@@ -37,7 +37,7 @@ func BenchmarkHashAfterIdle(b *testing.B) {
 			b.Fatalf("%s: %v", idleEnv, err)
 		}
 		b.Run(fmt.Sprintf("idle=%v", idle), func(b *testing.B) {
-			// Steady state first: under KeepHeapResident the heap grows to
+			// Steady state first: under residentheap.Keep the heap grows to
 			// its limit (about five arrays) before anything is reused.
 			for range 8 {
 				hash()

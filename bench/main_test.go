@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/leveehq/levee/pkg/residentheap"
 	"github.com/leveehq/levee/pkg/verifier"
 	"github.com/leveehq/levee/pkg/verify"
 )
@@ -39,7 +40,7 @@ func TestMain(m *testing.M) {
 			fmt.Println("heap: default")
 		}
 	case "resident":
-		verifier.KeepHeapResident(runtime.GOMAXPROCS(0), int64(verify.DefaultPolicy().Params.Memory)<<10, 0)
+		residentheap.Keep(runtime.GOMAXPROCS(0), int64(verify.DefaultPolicy().Params.Memory)<<10, 0)
 		if benchmarking {
 			fmt.Println("heap: resident")
 		}

@@ -1,4 +1,5 @@
-// Command levee is the operator's tool for a Levee fleet:
+// Command levee is the operator's tool for a Levee fleet: it starts a local fleet, reads and sets its state,
+// calibrates, issues certificates and runs the lab. Its subcommands:
 //
 //	levee local                      start a whole fleet on this machine (embedded etcd)
 //	levee status   [-addr budgetd]   what the fleet-wide retry budget is doing
@@ -37,7 +38,7 @@ import (
 	"github.com/leveehq/levee/pkg/fleet"
 	"github.com/leveehq/levee/pkg/gateway"
 	"github.com/leveehq/levee/pkg/mtls"
-	"github.com/leveehq/levee/pkg/verifier"
+	"github.com/leveehq/levee/pkg/residentheap"
 )
 
 const usage = `usage: levee <command> [flags]
@@ -338,7 +339,7 @@ func calibrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	// a freed array. Put them back afterwards: tests call run in-process.
 	gcPercent, memLimit := debug.SetGCPercent(-1), debug.SetMemoryLimit(-1)
 	defer func() { debug.SetGCPercent(gcPercent); debug.SetMemoryLimit(memLimit) }()
-	verifier.KeepHeapResident(cfg.Concurrency, int64(cfg.PerHashKiB())<<10, cfg.MemoryBudget)
+	residentheap.Keep(cfg.Concurrency, int64(cfg.PerHashKiB())<<10, cfg.MemoryBudget)
 
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/leveehq/levee/internal/flagenv"
 	"github.com/leveehq/levee/pkg/mtls"
+	"github.com/leveehq/levee/pkg/residentheap"
 	"github.com/leveehq/levee/pkg/verifier"
 )
 
@@ -124,7 +125,7 @@ func run(args []string) error {
 	cfg.MemoryBudget = budget
 	cfg.Logger.Info("memory budget", "budget", verifier.ByteSize(budget).Approx(), "bytes", budget, "source", source)
 	if o.resident {
-		limit := verifier.KeepHeapResident(cfg.Workers, cfg.WidestHash(), budget)
+		limit := residentheap.Keep(cfg.Workers, cfg.WidestHash(), budget)
 		cfg.Logger.Info("heap kept resident", "soft_memory_limit_mib", limit>>20)
 	}
 

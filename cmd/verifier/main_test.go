@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/leveehq/levee/pkg/calibrate"
+	"github.com/leveehq/levee/pkg/calibrate/calibratetest"
 	"github.com/leveehq/levee/pkg/mtls"
 )
 
@@ -48,6 +51,40 @@ func TestParse(t *testing.T) {
 		_, _, err := parse(tc.args, io.Discard, func(string) (string, bool) { return "", false })
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("parse(%q) = %v, want an error naming %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// The soft memory limit levee calibrate prints is the one a verifier started
+// with the flags it prints sets: the calibration's result, through this
+// main's own flag parsing, to the verifier's Config.
+func TestCalibratedFlagsGiveTheCalibratedHeapLimit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, c := range []struct {
+		target      time.Duration
+		budget      int64
+		concurrency int
+	}{
+		{250 * time.Millisecond, 1 << 30, 4},
+		{100 * time.Millisecond, 300 << 20, 2},
+		{500 * time.Millisecond, 2 << 30, 1}, // a policy m above the default limit: -max-memory-kib is printed
+	} {
+		cfg := calibrate.DefaultConfig()
+		cfg.Target, cfg.MemoryBudget, cfg.Concurrency = c.target, c.budget, c.concurrency
+		md := &calibratetest.Model{Base: time.Millisecond, PerKiBPass: 40 * time.Millisecond / 65536, Cores: 2, Spread: 0.1}
+		cfg.Bench = md.Bench
+		r, err := calibrate.Run(ctx, cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := append([]string{"-insecure"}, strings.Fields(r.Flags())...)
+		vcfg, _, err := parse(args, io.Discard, func(string) (string, bool) { return "", false })
+		if err != nil {
+			t.Fatalf("parse(%q): %v", args, err)
+		}
+		if got := vcfg.ResidentHeapLimit(); got != r.HeapLimit {
+			t.Errorf("flags %q: the verifier's soft limit %d MiB, calibrate printed %d MiB", r.Flags(), got>>20, r.HeapLimit>>20)
 		}
 	}
 }

@@ -32,7 +32,7 @@ type Sample struct {
 // What it measures depends on the Go runtime's memory settings: Argon2
 // allocates its m KiB array per hash, and a hash that has to fault fresh
 // pages in is much slower than one reusing a freed array. Run it under the
-// settings the verifier uses (verifier.KeepHeapResident) for figures that
+// settings the verifier uses (residentheap.Keep) for figures that
 // hold in production.
 func Argon2Bench(ctx context.Context, p verify.Params, concurrency, warmup, n int) (Sample, error) {
 	lim := verify.DefaultLimits()

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/leveehq/levee/pkg/bytesize"
-	"github.com/leveehq/levee/pkg/verifier"
+	"github.com/leveehq/levee/pkg/residentheap"
 	"github.com/leveehq/levee/pkg/verify"
 )
 
@@ -257,7 +257,7 @@ func (s *searcher) result(pt point, bound string) (Result, error) {
 		P50: pt.p50, P95: pt.p95, Throughput: pt.tput, Hashes: pt.n,
 		Target: c.Target, MemoryBudget: c.MemoryBudget,
 		MemoryPerHash: int64(pt.m) << 10, MemoryTotal: int64(c.Concurrency) * int64(pt.m) << 10,
-		HeapLimit: verifier.ResidentHeapLimit(c.Concurrency, int64(lim.MaxMemoryKiB)<<10, c.MemoryBudget),
+		HeapLimit: residentheap.Limit(c.Concurrency, int64(lim.MaxMemoryKiB)<<10, c.MemoryBudget),
 		Bound:     bound, Probes: len(s.seen),
 	}
 	if r.MemoryTotal > c.MemoryBudget {

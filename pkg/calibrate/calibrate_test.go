@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"io"
-	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -340,18 +339,5 @@ func TestArgon2BenchCounts(t *testing.T) {
 	cancel()
 	if _, err := calibrate.Argon2Bench(ctx, p, 2, 1, 4); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
-	}
-}
-
-func TestHeapLimitMatchesVerifier(t *testing.T) {
-	gc := debug.SetGCPercent(-1)
-	limit := debug.SetMemoryLimit(-1)
-	defer func() { debug.SetGCPercent(gc); debug.SetMemoryLimit(limit) }()
-	pol := verify.DefaultPolicy()
-	pol.Params.Memory = 47104
-	for _, budget := range []int64{0, 3 * 47104 << 10, 100 << 20, 1 << 30} {
-		if got, want := verifier.ResidentHeapLimit(3, int64(pol.Params.Memory)<<10, budget), verifier.KeepHeapResident(3, int64(pol.Params.Memory)<<10, budget); got != want {
-			t.Errorf("budget %d: ResidentHeapLimit = %d, KeepHeapResident = %d", budget, got, want)
-		}
 	}
 }

@@ -98,7 +98,9 @@ type Addresses struct {
 // Run starts the fleet, calls ready (if not nil) once every component has
 // started and the gateway sees every verifier, and runs until ctx ends; then
 // it stops the gateway, the verifiers (draining), budgetd and etcd, in that
-// order, and returns after all of them have.
+// order, and returns after all of them have. A component that stops on its
+// own — fails to start serving, or dies — stops the fleet the same way, and
+// Run returns an error naming it.
 func Run(ctx context.Context, cfg Config, ready func(Addresses)) error {
 	if cfg.Verifiers < 1 {
 		return fmt.Errorf("fleet: Verifiers must be at least 1, got %d", cfg.Verifiers)
@@ -183,7 +185,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addresses)) error {
 		lis, mlis, err := listen(port)
 		if err != nil {
 			closeAll()
-			return fmt.Errorf("fleet: verifier %d: %w", i, err)
+			return fmt.Errorf("fleet: verifier %d: %w", i+1, err)
 		}
 		closers = append(closers, lis, mlis)
 		vls = append(vls, vl{lis, mlis})
@@ -230,7 +232,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addresses)) error {
 				v.Close()
 			}
 			closeAll()
-			return fmt.Errorf("fleet: verifier %d: %w", i, err)
+			return fmt.Errorf("fleet: verifier %d: %w", i+1, err)
 		}
 	}
 
@@ -256,20 +258,29 @@ func Run(ctx context.Context, cfg Config, ready func(Addresses)) error {
 	gctx, stopGateway := context.WithCancel(context.Background())
 	vctx, stopVerifiers := context.WithCancel(context.Background())
 	bctx, stopBudgetd := context.WithCancel(context.Background())
-	var gw1, vg, bg errgroup.Group
-	bg.Go(func() error { return bsrv.Serve(bctx, blis, bmlis) })
-	for i, v := range vsrvs {
-		vg.Go(func() error { return v.Serve(vctx, vls[i].lis, vls[i].mlis) })
+	// Every component serves until the fleet stops: one that returns first,
+	// with an error or without, fails the whole fleet at once, named.
+	type exit struct {
+		component string
+		err       error
 	}
-	gw1.Go(func() error { return gw.Serve(gctx, glis, gmlis) })
+	exits := make(chan exit, 2+len(vsrvs))
+	serve := func(g *errgroup.Group, component string, f func() error) {
+		g.Go(func() error {
+			err := f()
+			exits <- exit{component, err}
+			return err
+		})
+	}
+	var gg, vg, bg errgroup.Group
+	serve(&bg, "budgetd", func() error { return bsrv.Serve(bctx, blis, bmlis) })
+	for i, v := range vsrvs {
+		serve(&vg, fmt.Sprintf("verifier %d", i+1), func() error { return v.Serve(vctx, vls[i].lis, vls[i].mlis) })
+	}
+	serve(&gg, "gateway", func() error { return gw.Serve(gctx, glis, gmlis) })
 
 	// Wait for the gateway to see every verifier (each registers after its
-	// warm-up), or for the fleet to fail or be stopped.
-	failed := make(chan error, 1)
-	go func() {
-		err := errors.Join(gw1.Wait())
-		failed <- err
-	}()
+	// warm-up), or for a component to fail or the fleet to be stopped.
 	var runErr error
 	tick := time.NewTicker(20 * time.Millisecond)
 	announced := false
@@ -278,7 +289,11 @@ wait:
 		select {
 		case <-ctx.Done():
 			break wait
-		case runErr = <-failed:
+		case e := <-exits:
+			if e.err == nil {
+				e.err = errors.New("stopped serving on its own")
+			}
+			runErr = fmt.Errorf("fleet: %s: %w", e.component, e.err)
 			break wait
 		case <-tick.C:
 			if !announced && gw.ServingVerifiers() == cfg.Verifiers {
@@ -290,14 +305,18 @@ wait:
 		}
 	}
 	tick.Stop()
+	// The failed component's error is runErr already; the others' come
+	// from their groups as they stop.
 	stopGateway()
-	if runErr == nil {
-		runErr = <-failed
-	}
+	gerr := gg.Wait()
 	stopVerifiers()
-	runErr = errors.Join(runErr, vg.Wait())
+	verr := vg.Wait()
 	stopBudgetd()
-	return errors.Join(runErr, bg.Wait())
+	berr := bg.Wait()
+	if runErr != nil {
+		return runErr
+	}
+	return errors.Join(gerr, verr, berr)
 }
 
 // identities are the fleet's TLS identities; nil for plaintext.

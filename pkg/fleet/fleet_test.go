@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/internal/testlock"
+	"github.com/leveehq/levee/pkg/verifier"
 	"github.com/leveehq/levee/pkg/verify"
 )
 
@@ -101,5 +103,38 @@ func TestLocalFleet(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("fleet stopped with %v", err)
+	}
+}
+
+// A verifier that cannot start serving fails the whole fleet at once, by
+// name, instead of leaving it waiting for a verifier that never comes.
+func TestFleetFailsWhenAVerifierCannotServe(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Etcd.DataDir = t.TempDir()
+	cfg.Etcd.ClientURL = "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+	cfg.Etcd.PeerURL = "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+	cfg.GatewayPort, cfg.BudgetdPort, cfg.VerifierPort = 0, 0, 0
+	cfg.Workers = 1
+	cfg.Policy = verify.Policy{Params: verify.Params{Memory: 64, Iterations: 1, Parallelism: 1}, SaltLen: 16, KeyLen: 32}
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.MutateVerifier = func(i int, c *verifier.Config) {
+		if i == 1 {
+			// TLS to etcd without a certificate: its etcd client cannot be
+			// made, which Serve finds when it starts.
+			c.EtcdEndpoints = []string{strings.Replace(c.EtcdEndpoints[0], "http://", "https://", 1)}
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, func(Addresses) { t.Error("the fleet said it was ready") }) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "verifier 2") {
+			t.Errorf("Run = %v, want an error naming verifier 2", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the fleet never failed: it waits for a verifier that cannot serve")
 	}
 }

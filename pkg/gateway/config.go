@@ -13,7 +13,6 @@ import (
 	"github.com/leveehq/levee/pkg/deadline"
 	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/registry"
-	"github.com/leveehq/levee/pkg/verify"
 )
 
 // errInvalidMargin is Validate's error for a MarginConfig out of range.
@@ -56,10 +55,6 @@ type Config struct {
 	// Deadline is the deadline policy of incoming calls; its Margin is
 	// subtracted from what is forwarded.
 	Deadline deadline.Config
-	// Limits caps what a stored hash may ask for; a hash over them is
-	// refused at the edge without a hop.
-	Limits verify.Limits
-
 	// Admission configures the edge concurrency limiter.
 	Admission admission.Config
 	// VerifierQueueDelay bounds in time the queue the gateway lets form at
@@ -172,7 +167,6 @@ func DefaultConfig() Config {
 		SettingsKey:     DefaultSettingsKey,
 		BudgetKey:       "gateway",
 		Deadline:        deadline.DefaultConfig(),
-		Limits:          verify.DefaultLimits(),
 		Admission:       gatewayAdmission(),
 		Breaker:         breaker.DefaultConfig(),
 		// A quarter of the typical client timeout: at 90 % load a verifier

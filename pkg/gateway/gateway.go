@@ -115,7 +115,10 @@ func New(cfg Config) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	parser, err := verify.New(verify.DefaultPolicy(), cfg.Limits)
+	// The gateway refuses malformed input before a hop, but what a stored
+	// hash may cost is each verifier's to judge, under its own limits: it
+	// parses with the widest limits any verifier could have.
+	parser, err := verify.New(verify.DefaultPolicy(), verify.WidestLimits())
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/leveehq/levee/pkg/deadline"
 	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/registry"
+	"github.com/leveehq/levee/pkg/residentheap"
 	"github.com/leveehq/levee/pkg/verify"
 )
 
@@ -203,14 +204,14 @@ func policyMemory(c Config) (int64, error) {
 
 // ResolveMemoryBudget returns the memory budget a verifier built from c
 // uses, and where it came from: MemoryBudget when set, else the default
-// derived by DefaultMemoryBudget from the container's memory limit or the
+// derived by residentheap.DefaultBudget from the container's memory limit or the
 // host's memory; where neither can be read (not Linux), Workers hashes of
 // the policy, the bound the workers alone used to give.
 func (c Config) ResolveMemoryBudget() (budget int64, source string) {
 	if c.MemoryBudget > 0 {
 		return c.MemoryBudget, "configured"
 	}
-	budget, source, err := DefaultMemoryBudget()
+	budget, source, err := residentheap.DefaultBudget()
 	if err == nil {
 		return budget, source
 	}

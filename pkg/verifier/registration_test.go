@@ -161,7 +161,7 @@ func watchTarget(t *testing.T, eps []string, target string) *endpointWatch {
 // addr, for an Add).
 func (w *endpointWatch) want(op endpoints.Operation, key, addr string) {
 	w.t.Helper()
-	timer := time.NewTimer(10 * time.Second)
+	timer := time.NewTimer(30 * time.Second)
 	defer timer.Stop()
 	for len(w.pending) == 0 {
 		select {
@@ -171,7 +171,7 @@ func (w *endpointWatch) want(op endpoints.Operation, key, addr string) {
 			}
 			w.pending = append(w.pending, ups...)
 		case <-timer.C:
-			w.t.Fatalf("no update within 10s, waiting for %v %s", op, key)
+			w.t.Fatalf("no update within 30s, waiting for %v %s", op, key)
 		}
 	}
 	up := w.pending[0]

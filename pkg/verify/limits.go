@@ -112,6 +112,36 @@ func DefaultLimits() Limits {
 	}
 }
 
+// WidestLimits are the widest limits Validate accepts, within what one
+// request (MaxRequestSize) can carry: a hash they refuse, no verifier could
+// be configured to accept. A gateway parses with them, so that it refuses
+// malformed input before a hop but never a hash that a verifier with wider
+// limits than the default (levee calibrate may print -max-memory-kib) would
+// verify; each verifier applies its own limits.
+func WidestLimits() Limits {
+	const most = ^uint32(0)
+	return Limits{
+		MaxEncodedLen:  MaxRequestSize,
+		MaxPasswordLen: MaxRequestSize,
+		MaxMemoryKiB:   most,
+		MaxIterations:  most,
+		MaxParallelism: ^uint8(0),
+		MinSaltLen:     minSaltFloor,
+		MaxSaltLen:     MaxRequestSize,
+		MinKeyLen:      minKeyFloor,
+		MaxKeyLen:      MaxRequestSize,
+		MaxBcryptCost:  bcryptMaxCost,
+
+		MaxPBKDF2Iterations:    most,
+		MaxScryptLogN:          maxScryptLogNBound,
+		MaxScryptR:             maxScryptRBound,
+		MaxScryptP:             maxScryptPBound,
+		MaxScryptWork:          ^uint64(0),
+		MaxShaCryptRounds:      shaCryptMaxRounds,
+		MaxShaCryptPasswordLen: MaxRequestSize,
+	}
+}
+
 // Validate returns an error wrapping ErrInvalidLimits naming the first field
 // that is out of range: every maximum must be at least 1 (MaxMemoryKiB at
 // least 8, Argon2's minimum for p=1), MinSaltLen at least 8, MinKeyLen at

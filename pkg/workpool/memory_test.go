@@ -57,8 +57,9 @@ func (r *memRecorder) submit(t *testing.T, p *Pool, ctx context.Context, id stri
 	waitFor(t, id+" to run or queue", func() bool { return r.ran(id) || p.Stats().Queued == before+1 })
 }
 
-func (r *memRecorder) wait() ([]string, map[string]int64, map[string]error) {
-	r.wg.Wait()
+func (r *memRecorder) wait(t *testing.T) ([]string, map[string]int64, map[string]error) {
+	t.Helper()
+	waitGroup(t, &r.wg)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.order, r.inUse, r.errs
@@ -89,7 +90,7 @@ func TestMemoryBudgetBoundsRunningJobs(t *testing.T) {
 			"want 3, 4, 3 MiB, 4 MiB", st.Busy, st.Queued, st.MemoryInUse, st.QueuedMemory)
 	}
 	close(gate)
-	order, inUse, errs := r.wait()
+	order, inUse, errs := r.wait(t)
 	if len(order) != len(ids) {
 		t.Errorf("ran %v, want all of %v", order, ids)
 	}
@@ -179,7 +180,7 @@ func TestSkipAheadIsBounded(t *testing.T) {
 	close(hold)
 	waitFor(t, "s4 to run", func() bool { return r.ran("s4") })
 	close(release)
-	order, inUse, errs := r.wait()
+	order, inUse, errs := r.wait(t)
 	if diff := cmp.Diff([]string{"big1", "s1", "s2", "s3"}, order[:4]); diff != "" {
 		t.Errorf("start order (-want +got):\n%s", diff)
 	}
@@ -204,7 +205,7 @@ func TestCancelledBlockerLiftsTheBlock(t *testing.T) {
 		t.Errorf("busy=%d queued=%d after big2 left, want big1 still running and nothing queued", st.Busy, st.Queued)
 	}
 	close(hold)
-	_, _, errs := r.wait()
+	_, _, errs := r.wait(t)
 	if !errors.Is(errs["big2"], ErrCancelled) {
 		t.Errorf("big2: %v, want ErrCancelled", errs["big2"])
 	}
@@ -228,7 +229,7 @@ func TestExpiredWhileWaitingForMemory(t *testing.T) {
 	r.submit(t, p, ctx, "late", mib, nil)
 	clk.Advance(time.Hour - time.Microsecond) // less than its 1 ms cost left
 	close(hold)
-	order, _, errs := r.wait()
+	order, _, errs := r.wait(t)
 	if diff := cmp.Diff([]string{"hold"}, order); diff != "" {
 		t.Errorf("ran (-want +got):\n%s", diff)
 	}

@@ -42,7 +42,7 @@ func TestUnguardedRunsEverything(t *testing.T) {
 		t.Fatalf("queued = %d after the callers left, want 5: an unguarded pool keeps what it queued", got)
 	}
 	b.Release(t)
-	order, errs := r.wait()
+	order, errs := r.wait(t)
 	if !cmp.Equal(order, []int{1, 2, 3, 4, 5}) {
 		t.Errorf("ran %v, want every job oldest first [1 2 3 4 5]", order)
 	}

@@ -118,8 +118,23 @@ func (r *recorder) submit(t *testing.T, p *Pool, ctx context.Context, id int, co
 	waitFor(t, "job to queue", func() bool { return p.Stats().Queued == before+1 })
 }
 
-func (r *recorder) wait() ([]int, map[int]error) {
-	r.wg.Wait()
+// waitGroup waits for every submitted job to return from Submit, and fails
+// the test if one has not within 10 s: a pool that loses a job must fail
+// its test, not hang it until go test's timeout.
+func waitGroup(t *testing.T, wg *sync.WaitGroup) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a submitted job never returned from Submit within 10 s")
+	}
+}
+
+func (r *recorder) wait(t *testing.T) ([]int, map[int]error) {
+	t.Helper()
+	waitGroup(t, &r.wg)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	order := r.order
@@ -139,7 +154,7 @@ func TestAdaptiveLIFO(t *testing.T) {
 		r.submit(t, p, context.Background(), id, time.Millisecond)
 	}
 	b.Release(t)
-	if order, _ := r.wait(); !cmp.Equal(order, []int{1, 2, 3, 4}) {
+	if order, _ := r.wait(t); !cmp.Equal(order, []int{1, 2, 3, 4}) {
 		t.Errorf("short waits: ran %v, want FIFO [1 2 3 4]", order)
 	}
 
@@ -156,7 +171,7 @@ func TestAdaptiveLIFO(t *testing.T) {
 		r.submit(t, p, context.Background(), id, 30*time.Millisecond)
 	}
 	b.Release(t)
-	if order, _ := r.wait(); !cmp.Equal(order, []int{5, 4, 3, 2, 1}) {
+	if order, _ := r.wait(t); !cmp.Equal(order, []int{5, 4, 3, 2, 1}) {
 		t.Errorf("built-up queue: ran %v, want LIFO [5 4 3 2 1]", order)
 	}
 	if p.Stats().LIFO {
@@ -169,7 +184,7 @@ func TestAdaptiveLIFO(t *testing.T) {
 		r.submit(t, p, context.Background(), id, time.Millisecond)
 	}
 	b.Release(t)
-	if order, _ := r.wait(); !cmp.Equal(order, []int{1, 2, 3}) {
+	if order, _ := r.wait(t); !cmp.Equal(order, []int{1, 2, 3}) {
 		t.Errorf("after draining: ran %v, want FIFO [1 2 3]", order)
 	}
 
@@ -182,7 +197,7 @@ func TestAdaptiveLIFO(t *testing.T) {
 	}
 	clk.Advance(time.Second)
 	b.Release(t)
-	if order, _ := r.wait(); !cmp.Equal(order, []int{1, 2, 3}) {
+	if order, _ := r.wait(t); !cmp.Equal(order, []int{1, 2, 3}) {
 		t.Errorf("aged short queue: ran %v, want FIFO [1 2 3]", order)
 	}
 
@@ -196,7 +211,7 @@ func TestAdaptiveLIFO(t *testing.T) {
 	clk.Advance(time.Second)
 	r.submit(t, p, context.Background(), 4, 200*time.Millisecond)
 	b.Release(t)
-	if order, _ := r.wait(); !cmp.Equal(order, []int{4, 1, 2, 3}) {
+	if order, _ := r.wait(t); !cmp.Equal(order, []int{4, 1, 2, 3}) {
 		t.Errorf("standing queue that drained below LIFOAfter/4: ran %v, want [4 1 2 3]", order)
 	}
 
@@ -221,7 +236,7 @@ func TestAdaptiveLIFO(t *testing.T) {
 	if err := <-held; err != nil {
 		t.Fatalf("the 250 ms job: %v", err)
 	}
-	if order, _ := r.wait(); !cmp.Equal(order, []int{1, 2, 3}) {
+	if order, _ := r.wait(t); !cmp.Equal(order, []int{1, 2, 3}) {
 		t.Errorf("a long queue on time: ran %v, want FIFO [1 2 3]", order)
 	}
 }
@@ -245,7 +260,7 @@ func TestDroppedAtDequeueNeverRuns(t *testing.T) {
 	// 59m30s later job 1 and 3 have 30s left but cost a minute; job 2 has 2h.
 	clk.Advance(59*time.Minute + 30*time.Second)
 	b.Release(t)
-	order, errs := r.wait()
+	order, errs := r.wait(t)
 	if !cmp.Equal(order, []int{2}) {
 		t.Errorf("ran %v, want only [2]", order)
 	}
@@ -274,7 +289,7 @@ func TestCancelledWhileQueuedNeverRuns(t *testing.T) {
 	cancel()
 	waitFor(t, "cancelled job to leave the queue", func() bool { return p.Stats().Queued == 1 })
 	b.Release(t)
-	order, errs := r.wait()
+	order, errs := r.wait(t)
 	if !cmp.Equal(order, []int{2}) {
 		t.Errorf("ran %v, want only [2]", order)
 	}
@@ -329,7 +344,7 @@ func TestRefusedAtArrival(t *testing.T) {
 		t.Fatalf("projected wait = %v, want 3s", cfgWait)
 	}
 	b.Release(t)
-	r.wait()
+	r.wait(t)
 	if ran {
 		t.Error("a refused job ran")
 	}
@@ -342,7 +357,7 @@ func TestRefusedAtArrival(t *testing.T) {
 		t.Errorf("long projected wait: err = %v, want ErrWaitTooLong", err)
 	}
 	b.Release(t)
-	r.wait()
+	r.wait(t)
 	if ran {
 		t.Error("a refused job ran")
 	}
@@ -370,7 +385,7 @@ func TestDrain(t *testing.T) {
 	if err := <-drained; err != nil {
 		t.Fatalf("Drain: %v", err)
 	}
-	if order, _ := r.wait(); !cmp.Equal(order, []int{1}) {
+	if order, _ := r.wait(t); !cmp.Equal(order, []int{1}) {
 		t.Errorf("queued work during drain: ran %v, want [1]", order)
 	}
 
@@ -399,7 +414,7 @@ func TestSetCapacity(t *testing.T) {
 		t.Fatalf("at half capacity: %+v, want 1 busy, 1 queued, 1 active", s)
 	}
 	p.SetCapacity(2, 1)
-	if order, _ := r.wait(); !cmp.Equal(order, []int{1}) {
+	if order, _ := r.wait(t); !cmp.Equal(order, []int{1}) {
 		t.Errorf("after restoring capacity: ran %v, want [1]", order)
 	}
 	b.Release(t)
@@ -412,7 +427,7 @@ func TestSetCapacity(t *testing.T) {
 		t.Errorf("projected wait with slowdown 3 = %v, want 3s", got)
 	}
 	b.Release(t)
-	r.wait()
+	r.wait(t)
 }
 
 func TestCloseFailsQueuedJobs(t *testing.T) {
@@ -430,7 +445,7 @@ func TestCloseFailsQueuedJobs(t *testing.T) {
 	}()
 	p.Close()
 	<-b.done
-	order, errs := r.wait()
+	order, errs := r.wait(t)
 	if len(order) != 0 || !errors.Is(errs[1], ErrClosed) {
 		t.Errorf("after Close: ran %v, err %v; want nothing ran and ErrClosed", order, errs[1])
 	}

@@ -150,8 +150,10 @@ func TestLedgerSetSettingsAndForget(t *testing.T) {
 	}
 	l.SetSettings(Settings{Ratio: 1, Burst: 10, MinPerSecond: 0}, t0)
 	st := l.Status(t0)
-	if st.Tokens > 10+500*1 { // cap = burst + ratio × rate × lease
-		t.Errorf("tokens after lowering the burst = %v", st.Tokens)
+	// The cap is the new burst plus ratio × rate × lease: the 500 saved
+	// tokens above it are gone.
+	if limit := 10 + 1*st.FirstPerSecond*1; st.Tokens > limit+1e-9 || st.Tokens >= 500 {
+		t.Errorf("tokens after lowering the burst = %v, want ≤ %v (burst 10 + ratio × %v/s × 1 s)", st.Tokens, limit, st.FirstPerSecond)
 	}
 	report(l, "b", 0, 0, 1, t0.Add(time.Second))
 	l.Forget(t0.Add(time.Minute), 30*time.Second)
@@ -282,5 +284,26 @@ func TestLedgerSplitsTheMinimum(t *testing.T) {
 	}
 	if r := last["0"] / last["1"]; r < 5 || r > 8 {
 		t.Errorf("share of a client with 7× the traffic is %.2f× a quiet one's, want about 7: %v", r, last)
+	}
+}
+
+// TestLedgerHoldsNoMoreThanItsCap: a fleet that earns tokens but never
+// leases them saves up to the cap (Burst + Ratio × first-attempt rate ×
+// lease) and no further, however long it runs; what it saves below the cap
+// is not lost.
+func TestLedgerHoldsNoMoreThanItsCap(t *testing.T) {
+	l := NewLedger(Settings{Ratio: 0.1, Burst: 50, MinPerSecond: 5}, time.Second, t0)
+	now := t0
+	for range 100 { // 100 s at 100 first attempts a second: 1,500 tokens earned
+		now = now.Add(time.Second)
+		report(l, "a", 100, 0, 0, now)
+	}
+	st := l.Status(now)
+	limit := 50 + 0.1*st.FirstPerSecond*1
+	if st.FirstPerSecond < 90 || st.FirstPerSecond > 110 {
+		t.Fatalf("first attempts per second = %v, want about 100", st.FirstPerSecond)
+	}
+	if st.Tokens > limit+1e-9 || st.Tokens < 50 {
+		t.Errorf("tokens held = %v, want between the burst (50) and the cap %v", st.Tokens, limit)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/pkg/budget"
 	"github.com/leveehq/levee/pkg/budget/budgettest"
 	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/callmeta"
@@ -31,9 +32,9 @@ func startBudget(t *testing.T, st budgetd.Settings) *budgettest.Server {
 // UNAVAILABLE and are retried once on the other verifier with a token from
 // the fleet-wide budget; with no budget, the failure goes back to the caller.
 func TestRetryOnAnotherVerifierWithBudget(t *testing.T) {
-	for _, withBudget := range []bool{true, false} {
-		name := map[bool]string{true: "budget", false: "no budget"}[withBudget]
-		t.Run(name, func(t *testing.T) {
+	for _, mode := range []string{"budget", "spent budget", "no budget"} {
+		withBudget := mode == "budget"
+		t.Run(mode, func(t *testing.T) {
 			v1 := startVerifier(t, nil)
 			v2 := startVerifier(t, nil)
 			cfg := gatewayConfig(v1.addr, v2.addr)
@@ -44,8 +45,12 @@ func TestRetryOnAnotherVerifierWithBudget(t *testing.T) {
 			// under test.
 			cfg.Admission.InitialLimit, cfg.Admission.MinLimit, cfg.Admission.Ceiling = 40, 40, 40
 			cfg.VerifierQueueDelay = time.Minute
-			if withBudget {
+			switch mode {
+			case "budget":
 				bs := startBudget(t, budgetd.Settings{Ratio: 1, Burst: 100, MinPerSecond: 100})
+				cfg.BudgetTarget = bs.Addr()
+			case "spent budget": // a fleet budget that never earns a token
+				bs := startBudget(t, budgetd.Settings{Ratio: 1e-6}) // the zero Settings are the defaults
 				cfg.BudgetTarget = bs.Addr()
 			}
 			gw := startGateway(t, cfg)
@@ -60,6 +65,13 @@ func TestRetryOnAnotherVerifierWithBudget(t *testing.T) {
 			}
 			if withBudget && gw.g.retry.Status().Tokens < 20 {
 				t.Fatalf("budget holds %v tokens after the warm-up; want ≥ 20", gw.g.retry.Status().Tokens)
+			}
+			if mode == "spent budget" {
+				// Leased from budgetd (not on a local fallback budget,
+				// which earns on its own), and empty.
+				if st := gw.g.retry.Status(); st.Mode != budget.Shared || st.Tokens != 0 {
+					t.Fatalf("the spent budget: mode %v, %v tokens; want shared with none", st.Mode, st.Tokens)
+				}
 			}
 
 			// Hold calls on v1 so that some are in flight when it dies.
@@ -104,7 +116,7 @@ func TestRetryOnAnotherVerifierWithBudget(t *testing.T) {
 					t.Errorf("with a budget: %d failed, %v retried; want 0 failed, the lost calls retried", failed, retries)
 				}
 			} else if failed == 0 || retries != 0 || float64(failed) != denied {
-				t.Errorf("without a budget: %d failed, %v retried, %v denied; want failures returned, none retried", failed, retries, denied)
+				t.Errorf("%s: %d failed, %v retried, %v denied; want failures returned, none retried", mode, failed, retries, denied)
 			}
 			// The dead verifier is out of rotation: new calls all succeed.
 			for range 10 {

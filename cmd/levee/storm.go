@@ -69,7 +69,24 @@ func stormCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if rep != nil && len(rep.Files) > 0 {
 		fmt.Fprintf(stdout, "report: %s\n", filepath.Join(cfg.Out, "report.md"))
 	}
-	return err
+	if err != nil || rep == nil {
+		return err
+	}
+	// A suite or a soak whose checks failed exits non-zero, as a test
+	// would: scripts and CI read the status.
+	var failed []string
+	for _, fr := range rep.Faults {
+		if !fr.OK() {
+			failed = append(failed, fr.Name)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("storm: %d of %d faults failed a check: %s", len(failed), len(rep.Faults), strings.Join(failed, ", "))
+	}
+	if rep.Soak != nil && !rep.Soak.OK() {
+		return errors.New("storm: the soak failed a check (see its report)")
+	}
+	return nil
 }
 
 // parseStorm turns flags (and LEVEE_* variables) into a lab Config; it

@@ -446,13 +446,6 @@ func (bs *backends) closeWhenIdle(b *backend) {
 	_ = b.cc.Close()
 }
 
-// forEach calls fn for every current backend.
-func (bs *backends) forEach(fn func(*backend)) {
-	for _, b := range bs.list() {
-		fn(b)
-	}
-}
-
 // resetBreakers gives every backend a breaker under new settings. A
 // breaker that was not closed hands over open (a fresh open time under the
 // new settings): a settings change is not evidence that a failing verifier

@@ -2,6 +2,7 @@ package storm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -68,6 +69,35 @@ func (r FaultResult) OK() bool {
 		}
 	}
 	return len(r.Checks) > 0
+}
+
+// FaultSummary is a fault's verdict and the lab's books on its run, as
+// faults.json holds them: what a program reading the suite's result needs.
+type FaultSummary struct {
+	Name   string
+	OK     bool
+	Checks []Check
+	// The books: logical requests that arrived, ended (in success or
+	// not), were dropped by the generator's in-flight cap, and answers
+	// that said "no match" for the right password. Offered = Ended +
+	// Dropped, and Wrong = 0, or the lab lost count.
+	Offered, Ended, Dropped, Wrong int64
+}
+
+// Summary returns r's verdict and books.
+func (r FaultResult) Summary() FaultSummary {
+	s := FaultSummary{Name: r.Name, OK: r.OK(), Checks: r.Checks}
+	if r.Result == nil || r.Result.Series == nil {
+		return s
+	}
+	for i := range r.Result.Series.secs {
+		x := &r.Result.Series.secs[i]
+		s.Offered += x.offered.Load()
+		s.Ended += x.arrEnded.Load()
+		s.Dropped += x.dropped.Load()
+		s.Wrong += x.wrong.Load()
+	}
+	return s
 }
 
 // LeaderSample is one reading of who leads budgetd.
@@ -544,8 +574,9 @@ func faultLine(fr FaultResult) string {
 	return fmt.Sprintf("%-20s %s  %s", fr.Name, verdict, strings.Join(parts, "; "))
 }
 
-// writeFaults writes the suite's report: report.md (a table per fault) and
-// each run's per-second CSV under runs/.
+// writeFaults writes the suite's report: report.md (a table per fault),
+// faults.json (each fault's FaultSummary) and each run's per-second CSV
+// under runs/.
 func writeFaults(out string, cfg Config, results []FaultResult) ([]string, error) {
 	if err := os.MkdirAll(filepath.Join(out, "runs"), 0o755); err != nil {
 		return nil, fmt.Errorf("storm: report: %w", err)
@@ -558,7 +589,20 @@ func writeFaults(out string, cfg Config, results []FaultResult) ([]string, error
 		}
 		files = append(files, path)
 	}
-	path := filepath.Join(out, "report.md")
+	sums := make([]FaultSummary, len(results))
+	for i, fr := range results {
+		sums[i] = fr.Summary()
+	}
+	path := filepath.Join(out, "faults.json")
+	if err := writeFile(path, func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(sums)
+	}); err != nil {
+		return files, err
+	}
+	files = append(files, path)
+	path = filepath.Join(out, "report.md")
 	err := writeFile(path, func(w io.Writer) error {
 		fmt.Fprintf(w, "# Levee fault suite\n\nMade by `%s` on %s. One %s fleet, started once; its capacity C = %.0f/s measured once "+
 			"(%d closed-loop callers); each fault applied under open-loop load and undone before the next.\n\n",

@@ -145,11 +145,15 @@ func (fs Faults) suite(base Experiment, clients Clients) []fault {
 		// The retry bound is judged only where clients want retries: at
 		// 2 C, so that attempts fail even when C was read low (on two
 		// shared cores the closed-loop measurement has read the compose
-		// fleet's C a third low, and 1.5 C then failed nothing).
+		// fleet's C a third low, and 1.5 C then failed nothing). The
+		// quorum loss is judged at 1.2 C, where goodput against the
+		// baseline means something (at 2 C the lab and the fleet saturate
+		// the host and goodput moves with them); its clients' budgets are
+		// judged by the gateway's own fallback bucket.
 		{name: "kill-budgetd-leader", what: "kill -9 the budgetd leader at 2 C, budgeted clients retrying every refusal",
 			exp: exp(2, Kill, "budgetd-leader", long(20*time.Second, 10*time.Second)), clients: budgeted, check: checkLeaderKill},
-		{name: "etcd-quorum", what: "2 of 3 etcd members stopped (docker pause) at 2 C, budgeted clients retrying every refusal",
-			exp: exp(2, Stop, "etcd-majority", long(60*time.Second, 15*time.Second)), clients: budgeted, check: checkQuorumLoss},
+		{name: "etcd-quorum", what: "2 of 3 etcd members stopped (docker pause) at 1.2 C, budgeted clients retrying every refusal",
+			exp: exp(1.2, Stop, "etcd-majority", long(60*time.Second, 15*time.Second)), clients: budgeted, check: checkQuorumLoss},
 		{name: "partition-budgetd", what: "the gateway cut off from both budgetd replicas (packets dropped) at 0.8 C",
 			exp: exp(0.8, Partition, "gateways", long(30*time.Second, 15*time.Second)), clients: mixed, check: checkPartition},
 		// A rolling restart is done with headroom; and on two cores
@@ -472,7 +476,6 @@ func (r *faultRun) retryRatioCheck(from, to int) Check {
 
 func checkQuorumLoss(r *faultRun) []Check {
 	trig := r.res.Trig
-	n := len(r.secs())
 	fbAll, tokAll := r.res.Series.Scraped("gw_budget_fallback"), r.res.Series.Scraped("gw_budget_tokens_fallback")
 	// The gateway's own key on its local budget: what it holds in each
 	// second of fallback after the first (a new bucket starts empty and
@@ -505,7 +508,7 @@ func checkQuorumLoss(r *faultRun) []Check {
 		{What: "shared again by the end", Got: fmt.Sprintf("fallback %v in the last 5 s", maxOf(after)), Want: "0",
 			OK: len(after) > 0 && maxOf(after) == 0},
 	}
-	return append(checks, r.retryRatioCheck(trig.from, n))
+	return checks
 }
 
 func checkPartition(r *faultRun) []Check {

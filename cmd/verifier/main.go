@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/leveehq/levee/internal/flagenv"
+	"github.com/leveehq/levee/pkg/bytesize"
 	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/residentheap"
 	"github.com/leveehq/levee/pkg/verifier"
@@ -53,7 +54,7 @@ func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) 
 	fs.StringVar(&cfg.ListenAddr, "listen", cfg.ListenAddr, "gRPC listen address")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-listen", cfg.MetricsAddr, "HTTP address for /metrics (empty: none)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "hashes run at once (default: the cores)")
-	fs.Var((*verifier.ByteSize)(&cfg.MemoryBudget), "memory-budget",
+	fs.Var((*bytesize.Auto)(&cfg.MemoryBudget), "memory-budget",
 		"Argon2 memory the running hashes may hold in all, with a unit: 512MiB, 2GiB, 300MB (auto: the container's limit less 128MiB, else half the host's memory less 64MiB)")
 	fs.IntVar(&cfg.QueueCapacity, "queue", cfg.QueueCapacity, "requests that may wait for a worker")
 	fs.DurationVar(&cfg.MaxQueueWait, "max-queue-wait", cfg.MaxQueueWait, "refuse arrivals whose projected queue wait exceeds this")
@@ -123,7 +124,7 @@ func run(args []string) error {
 	}
 	budget, source := cfg.ResolveMemoryBudget()
 	cfg.MemoryBudget = budget
-	cfg.Logger.Info("memory budget", "budget", verifier.ByteSize(budget).Approx(), "bytes", budget, "source", source)
+	cfg.Logger.Info("memory budget", "budget", bytesize.Size(budget).Approx(), "bytes", budget, "source", source)
 	if o.resident {
 		limit := residentheap.Keep(cfg.Workers, cfg.WidestHash(), budget)
 		cfg.Logger.Info("heap kept resident", "soft_memory_limit_mib", limit>>20)

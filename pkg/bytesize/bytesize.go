@@ -128,6 +128,41 @@ func (b Size) Approx() string {
 	return strconv.FormatInt(int64(b), 10) + "B"
 }
 
+// Auto is a Size for a setting that is derived when not given: zero
+// stands for "derive it". *Auto is a flag.Value that takes "auto" for zero
+// and a positive size with a unit otherwise (an explicit zero is refused:
+// only "auto" means derive).
+type Auto int64
+
+// String writes a exactly, so that it parses back to the same value; zero
+// is "auto".
+func (a Auto) String() string {
+	if a == 0 {
+		return "auto"
+	}
+	return Format(int64(a))
+}
+
+// Approx writes a for people ("11.7GiB").
+func (a Auto) Approx() string { return Size(a).Approx() }
+
+// Set implements flag.Value: a size with a unit, or "auto" for zero.
+func (a *Auto) Set(s string) error {
+	if strings.TrimSpace(s) == "auto" {
+		*a = 0
+		return nil
+	}
+	n, err := Parse(s)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("size %q: must be positive (or auto)", s)
+	}
+	*a = Auto(n)
+	return nil
+}
+
 // Format formats n in the largest binary unit that divides it exactly
 // (4GiB, 47104KiB, 1000B), so that the result parses back to n.
 func Format(n int64) string {

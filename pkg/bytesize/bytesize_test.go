@@ -96,3 +96,23 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestAutoFlag(t *testing.T) {
+	for _, a := range []bytesize.Auto{0, 1, 1023, 4 << 10, 3 << 20, 5 << 30, 1<<40 + 1<<10} {
+		var back bytesize.Auto = 7
+		if err := back.Set(a.String()); err != nil || back != a {
+			t.Errorf("Set(%q) = %d, %v; want %d", a.String(), back, err, a)
+		}
+	}
+	for a, want := range map[bytesize.Auto]string{512: "512B", 3 << 20: "3MiB", 12571142144: "11.7GiB", 1536: "1.5KiB"} {
+		if got := a.Approx(); got != want {
+			t.Errorf("Auto(%d).Approx() = %q, want %q", int64(a), got, want)
+		}
+	}
+	for _, in := range []string{"0MiB", "512", "-1MiB", ""} {
+		var a bytesize.Auto
+		if err := a.Set(in); err == nil {
+			t.Errorf("Set(%q) accepted %d; only auto means derive, and a bare number is refused", in, a)
+		}
+	}
+}

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leveehq/levee/pkg/bytesize"
 	"github.com/leveehq/levee/pkg/calibrate"
 	"github.com/leveehq/levee/pkg/calibrate/calibratetest"
-	"github.com/leveehq/levee/pkg/verifier"
 	"github.com/leveehq/levee/pkg/verify"
 )
 
@@ -244,7 +244,7 @@ func parseVerifierFlags(t *testing.T, args []string) (verify.Policy, verify.Limi
 	iter := fs.Uint("argon2-iterations", 0, "")
 	par := fs.Uint("argon2-parallelism", 0, "")
 	maxMem := fs.Uint("max-memory-kib", uint(lim.MaxMemoryKiB), "")
-	var budget verifier.ByteSize // what the verifier itself accepts
+	var budget bytesize.Auto // what the verifier's -memory-budget accepts
 	fs.Var(&budget, "memory-budget", "")
 	workers := fs.Int("workers", 0, "")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {

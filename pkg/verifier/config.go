@@ -144,7 +144,7 @@ func (c Config) Validate() error {
 		if budget, source := c.ResolveMemoryBudget(); budget < need {
 			errs = append(errs, fmt.Errorf("MemoryBudget %s (%s) cannot hold one hash of the policy (m = %d KiB = %s): "+
 				"raise the budget (-memory-budget) or the container's memory limit, or lower the policy's memory",
-				ByteSize(budget).Approx(), source, c.Policy.Params.Memory, ByteSize(need).Approx()))
+				bytesize.Size(budget).Approx(), source, c.Policy.Params.Memory, bytesize.Size(need).Approx()))
 		}
 	}
 	if c.QueueCapacity < 1 {
@@ -220,50 +220,6 @@ func (c Config) ResolveMemoryBudget() (budget int64, source string) {
 		return 0, fmt.Sprintf("%v; and the policy is invalid", err)
 	}
 	return int64(max(c.Workers, 1)) * need, fmt.Sprintf("workers × policy memory (%v)", err)
-}
-
-// ByteSize is a number of bytes written with an explicit unit: "512MiB",
-// "2GiB", "0.5GiB" (1024-based: KiB, MiB, GiB, TiB, or Kubernetes' Ki, Mi,
-// Gi, Ti), "300MB" (1000-based: kB or KB, MB, GB, TB) or "4096B". A bare
-// number is refused: whether "512" meant bytes or MiB is exactly the
-// mistake that gets a pod killed. *ByteSize is a flag.Value, where "auto"
-// stands for zero (derive the value).
-type ByteSize int64
-
-// ParseByteSize parses a size with an explicit unit (bytesize.Parse): a bare
-// number or a lone K/M/G/T is refused, not guessed.
-func ParseByteSize(s string) (ByteSize, error) {
-	n, err := bytesize.Parse(s)
-	return ByteSize(n), err
-}
-
-// String writes b exactly, so that it parses back to the same value; zero
-// is "auto".
-func (b ByteSize) String() string {
-	if b == 0 {
-		return "auto"
-	}
-	return bytesize.Format(int64(b))
-}
-
-// Approx writes b for people ("11.7GiB").
-func (b ByteSize) Approx() string { return bytesize.Size(b).Approx() }
-
-// Set implements flag.Value: a size with a unit, or "auto" for zero.
-func (b *ByteSize) Set(s string) error {
-	if strings.TrimSpace(s) == "auto" {
-		*b = 0
-		return nil
-	}
-	n, err := ParseByteSize(s)
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return fmt.Errorf("size %q: must be positive (or auto)", s)
-	}
-	*b = n
-	return nil
 }
 
 // maxPepperFileSize bounds what LoadPepperFile reads: a pepper file is a few

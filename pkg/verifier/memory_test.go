@@ -156,39 +156,6 @@ func TestConfigMemoryBudget(t *testing.T) {
 	}
 }
 
-// ParseByteSize is bytesize.Parse (tested there); the verifier relies on it
-// refusing what a memory flag must never guess.
-func TestParseByteSize(t *testing.T) {
-	for in, want := range map[string]ByteSize{"512MiB": 512 << 20, "0.5GiB": 512 << 20, "300MB": 300e6} {
-		if got, err := ParseByteSize(in); err != nil || got != want {
-			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"12", "1e9", "512m", "-1MiB", "lots", ""} {
-		if got, err := ParseByteSize(in); err == nil {
-			t.Errorf("ParseByteSize(%q) = %d, want an error", in, got)
-		}
-	}
-}
-
-func TestByteSizeFlag(t *testing.T) {
-	for _, b := range []ByteSize{0, 1, 1023, 4 << 10, 3 << 20, 5 << 30, 1<<40 + 1<<10} {
-		var back ByteSize = 7
-		if err := back.Set(b.String()); err != nil || back != b {
-			t.Errorf("Set(%q) = %d, %v; want %d", b.String(), back, err, b)
-		}
-	}
-	for b, want := range map[ByteSize]string{512: "512B", 3 << 20: "3MiB", 12571142144: "11.7GiB", 1536: "1.5KiB"} {
-		if got := b.Approx(); got != want {
-			t.Errorf("ByteSize(%d).Approx() = %q, want %q", int64(b), got, want)
-		}
-	}
-	var b ByteSize
-	if err := b.Set("0MiB"); err == nil {
-		t.Error("Set(0MiB) accepted a zero budget; only auto means derive")
-	}
-}
-
 // Where the budget holds fewer policy hashes than there are workers, the
 // workers trailer (which bounds what a gateway sends at once) says so.
 func TestSlotsBoundedByMemory(t *testing.T) {

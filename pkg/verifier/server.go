@@ -71,6 +71,7 @@ import (
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/internal/etcdclient"
 	"github.com/leveehq/levee/internal/serving"
+	"github.com/leveehq/levee/pkg/bytesize"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/deadline"
 	"github.com/leveehq/levee/pkg/mtls"
@@ -148,10 +149,10 @@ func New(cfg Config) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	s.log.Debug("memory budget", "bytes", budget, "budget", ByteSize(budget).Approx(), "source", budgetSource)
+	s.log.Debug("memory budget", "bytes", budget, "budget", bytesize.Size(budget).Approx(), "source", budgetSource)
 	if maxHash := int64(cfg.Limits.MaxMemoryKiB) << 10; maxHash > budget {
 		s.log.Warn("stored hashes may ask for more memory than the budget holds; those are refused with FAILED_PRECONDITION",
-			"max_memory", ByteSize(maxHash).Approx(), "memory_budget", ByteSize(budget).Approx())
+			"max_memory", bytesize.Size(maxHash).Approx(), "memory_budget", bytesize.Size(budget).Approx())
 	}
 	if cfg.Unguarded {
 		s.log.Warn("unguarded: every overload defence is off (unbounded FIFO queue, no deadline checks); for the lab's control fleet only")
@@ -282,7 +283,7 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) error {
 		if gctx.Err() == nil {
 			s.setServing(true)
 			s.log.Info("verifier serving", "addr", lis.Addr().String(), "workers", s.cfg.Workers,
-				"memory_budget", ByteSize(s.pool.Stats().MemoryBudget).Approx(),
+				"memory_budget", bytesize.Size(s.pool.Stats().MemoryBudget).Approx(),
 				"expected_hash", s.model.Estimate(s.policy))
 			reg = rg.register(gctx)
 		}
@@ -638,7 +639,7 @@ func (s *Server) notRun(ctx context.Context, rpc string, h *verify.Hash, res wor
 		return s.count(reasonTooBig, priority, status.Errorf(codes.FailedPrecondition,
 			"the stored %s hash needs %s of memory, more than this verifier's whole memory budget of %s: "+
 				"it can never be verified here (raise -memory-budget, or rehash it with a smaller m)",
-			h.Algorithm, ByteSize(h.MemoryBytes()).Approx(), ByteSize(s.pool.Stats().MemoryBudget).Approx()))
+			h.Algorithm, bytesize.Size(h.MemoryBytes()).Approx(), bytesize.Size(s.pool.Stats().MemoryBudget).Approx()))
 	case errors.Is(err, workpool.ErrDraining), errors.Is(err, workpool.ErrClosed):
 		return s.count(reasonDraining, priority, errDraining)
 	case errors.Is(err, workpool.ErrExpired):

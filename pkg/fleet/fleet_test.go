@@ -37,18 +37,27 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// The whole fleet in one process: the gateway finds both verifiers through
-// etcd, answers through them, leases retry tokens from budgetd, and the
-// fleet stops cleanly.
-func TestLocalFleet(t *testing.T) {
+// testConfig is a small fleet for a test: free ports on 127.0.0.1, one
+// worker per verifier, a cheap policy, logs discarded. scheme prefixes the
+// etcd URLs: "http://" for a plaintext fleet, "" where TLSDir decides.
+func testConfig(t *testing.T, scheme string) Config {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Etcd.DataDir = t.TempDir()
-	cfg.Etcd.ClientURL = "http://127.0.0.1:" + strconv.Itoa(freePort(t))
-	cfg.Etcd.PeerURL = "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+	cfg.Etcd.ClientURL = scheme + "127.0.0.1:" + strconv.Itoa(freePort(t))
+	cfg.Etcd.PeerURL = scheme + "127.0.0.1:" + strconv.Itoa(freePort(t))
 	cfg.GatewayPort, cfg.BudgetdPort, cfg.VerifierPort = 0, 0, 0
 	cfg.Workers = 1
 	cfg.Policy = verify.Policy{Params: verify.Params{Memory: 64, Iterations: 1, Parallelism: 1}, SaltLen: 16, KeyLen: 32}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	return cfg
+}
+
+// The whole fleet in one process: the gateway finds both verifiers through
+// etcd, answers through them, leases retry tokens from budgetd, and the
+// fleet stops cleanly.
+func TestLocalFleet(t *testing.T) {
+	cfg := testConfig(t, "http://")
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -109,14 +118,7 @@ func TestLocalFleet(t *testing.T) {
 // A verifier that cannot start serving fails the whole fleet at once, by
 // name, instead of leaving it waiting for a verifier that never comes.
 func TestFleetFailsWhenAVerifierCannotServe(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Etcd.DataDir = t.TempDir()
-	cfg.Etcd.ClientURL = "http://127.0.0.1:" + strconv.Itoa(freePort(t))
-	cfg.Etcd.PeerURL = "http://127.0.0.1:" + strconv.Itoa(freePort(t))
-	cfg.GatewayPort, cfg.BudgetdPort, cfg.VerifierPort = 0, 0, 0
-	cfg.Workers = 1
-	cfg.Policy = verify.Policy{Params: verify.Params{Memory: 64, Iterations: 1, Parallelism: 1}, SaltLen: 16, KeyLen: 32}
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := testConfig(t, "http://")
 	cfg.MutateVerifier = func(i int, c *verifier.Config) {
 		if i == 1 {
 			// TLS to etcd without a certificate: its etcd client cannot be

@@ -63,13 +63,7 @@ func TestNoSecretInAnyLog(t *testing.T) {
 	}
 
 	var logs lockedBuffer
-	cfg := DefaultConfig()
-	cfg.Etcd.DataDir = t.TempDir()
-	cfg.Etcd.ClientURL = "127.0.0.1:" + strconv.Itoa(freePort(t))
-	cfg.Etcd.PeerURL = "127.0.0.1:" + strconv.Itoa(freePort(t))
-	cfg.GatewayPort, cfg.BudgetdPort, cfg.VerifierPort = 0, 0, 0
-	cfg.Workers = 1
-	cfg.Policy = verify.Policy{Params: verify.Params{Memory: 64, Iterations: 1, Parallelism: 1}, SaltLen: 16, KeyLen: 32}
+	cfg := testConfig(t, "")
 	cfg.TLSDir = dir
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.MutateVerifier = func(_ int, c *verifier.Config) { c.Peppers = peppers }

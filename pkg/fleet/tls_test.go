@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"io"
-	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -27,7 +26,6 @@ import (
 	"github.com/leveehq/levee/internal/etcdclient"
 	"github.com/leveehq/levee/pkg/gateway"
 	"github.com/leveehq/levee/pkg/mtls"
-	"github.com/leveehq/levee/pkg/verify"
 )
 
 // A fleet run with a development set (what `levee local` runs):
@@ -59,16 +57,9 @@ func TestMutualTLSFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg := DefaultConfig()
-	cfg.Etcd.DataDir = t.TempDir()
-	cfg.Etcd.ClientURL = "127.0.0.1:" + strconv.Itoa(freePort(t))
-	cfg.Etcd.PeerURL = "127.0.0.1:" + strconv.Itoa(freePort(t))
-	cfg.GatewayPort, cfg.BudgetdPort, cfg.VerifierPort = 0, 0, 0
-	cfg.Workers = 1
-	cfg.Policy = verify.Policy{Params: verify.Params{Memory: 64, Iterations: 1, Parallelism: 1}, SaltLen: 16, KeyLen: 32}
+	cfg := testConfig(t, "")
 	cfg.EnableCapacityKnob = true
 	cfg.TLSDir = dir
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -870,19 +870,7 @@ func TestFallbackTokensShowWhatAllowWouldSpend(t *testing.T) {
 	cfg.Keys = []string{key}
 	cfg.Clock = clk // standing still: the first attempts alone earn
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	c, err := budget.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := c.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
-	b, err := c.Key(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := openKey(t, cfg, key)
 	for range 50 {
 		b.RecordFirstAttempt()
 	}
@@ -970,4 +958,24 @@ func TestFallbackCountsMadeWhileALeaseIsInFlight(t *testing.T) {
 	if first != 150 || fallback != 150 {
 		t.Errorf("reported first %d, earned locally %d; want 150, 150", first, fallback)
 	}
+}
+
+// openKey starts a Client from cfg, closed (and its Close checked) when the
+// test ends, and returns its Budget for key.
+func openKey(t *testing.T, cfg budget.Config, key string) *budget.Budget {
+	t.Helper()
+	c, err := budget.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	b, err := c.Key(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

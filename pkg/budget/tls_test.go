@@ -44,19 +44,7 @@ func TestListOfReplicasOverTLS(t *testing.T) {
 	cfg.Keys = []string{key}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.DialOptions = []grpc.DialOption{load(mtls.IdentityGateway).DialOption("")}
-	c, err := budget.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := c.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
-	b, err := c.Key(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := openKey(t, cfg, key)
 	deadline := time.Now().Add(10 * time.Second)
 	for b.Status().Mode != budget.Shared {
 		if time.Now().After(deadline) {

@@ -18,7 +18,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/leveehq/levee/internal/flagenv"
 	"github.com/leveehq/levee/pkg/budgetd"
@@ -104,33 +103,19 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	return budgetd.Run(ctx, cfg)
 }
 
-// tlsIdentity names the replica's certificate in a -tls-dir; cliIdentity
-// the operator's, which the status subcommand presents.
-const (
-	tlsIdentity = "budgetd"
-	cliIdentity = "admin"
-)
+// tlsIdentity names the replica's certificate in a -tls-dir.
+const tlsIdentity = "budgetd"
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("budgetd status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var sec mtls.Settings
-	sec.AddFlags(fs)
-	addr := fs.String("addr", budgetd.DefaultConfig().ListenAddr, "address of any budgetd replica")
-	key := fs.String("key", "", "budget key to describe (default: all)")
-	asJSON := fs.Bool("json", false, "print JSON instead of tables")
-	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
+	var status budgetd.StatusCommand
+	status.AddFlags(fs)
 	if err := flagenv.Parse(fs, args, nil); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("status: unexpected argument %q", fs.Arg(0))
 	}
-	id, err := sec.Load(cliIdentity, mtls.Options{})
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	return budgetd.PrintStatus(ctx, stdout, *addr, *key, id, *asJSON)
+	return status.Run(ctx, stdout)
 }

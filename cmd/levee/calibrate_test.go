@@ -7,16 +7,21 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leveehq/levee/pkg/calibrate"
 )
 
 // A tiny real calibration: the output carries the verifier flags and their
-// environment form, and -json the same flags.
+// environment form, and -json the same flags. The target is ten times what
+// the cheapest policy takes alone (0.5 ms): with 5 ms, one hash delayed by
+// the other test packages sharing the CPU failed the calibration.
 func TestCalibrateCommand(t *testing.T) {
-	tiny := []string{"calibrate", "-target", "5ms", "-concurrency", "1", "-memory-budget", "4MiB", "-samples", "3", "-timeout", "30s"}
+	tiny := []string{"calibrate", "-target", "50ms", "-concurrency", "1", "-memory-budget", "4MiB", "-samples", "3", "-timeout", "30s"}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	var out, errOut bytes.Buffer
-	if err := run(context.Background(), tiny, &out, &errOut); err != nil {
+	if err := run(ctx, tiny, &out, &errOut); err != nil {
 		t.Fatalf("levee %q: %v\n%s", tiny, err, errOut.String())
 	}
 	for _, want := range []string{"-argon2-memory-kib ", "-argon2-iterations ", "-argon2-parallelism 1", "-workers 1", "-memory-budget 4MiB",
@@ -30,7 +35,7 @@ func TestCalibrateCommand(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := run(context.Background(), append(tiny, "-json"), &out, &errOut); err != nil {
+	if err := run(ctx, append(tiny, "-json"), &out, &errOut); err != nil {
 		t.Fatalf("-json: %v", err)
 	}
 	var j struct {

@@ -30,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leveehq/levee/internal/embeddedetcd"
 	"github.com/leveehq/levee/internal/etcdclient"
 	"github.com/leveehq/levee/internal/flagenv"
 	"github.com/leveehq/levee/pkg/budgetd"
@@ -226,7 +227,7 @@ func etcdCmd(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("etcd: -log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	e, err := budgetd.StartEmbeddedEtcd(cfg, log, lv)
+	e, err := embeddedetcd.Start(cfg, log, lv)
 	if err != nil {
 		return err
 	}
@@ -245,28 +246,23 @@ func etcdCmd(ctx context.Context, args []string, stderr io.Writer) error {
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("levee status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", budgetd.DefaultConfig().ListenAddr, "address of any budgetd replica")
-	key := fs.String("key", "", "budget key to describe (default: all)")
-	asJSON := fs.Bool("json", false, "print JSON instead of tables (the budget only)")
-	gatewayMetrics := fs.String("gateway-metrics", "http://127.0.0.1:9700/metrics", "a gateway's /metrics, for the bistability margin (empty: none)")
-	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
-	var sec mtls.Settings
-	sec.AddFlags(fs)
+	var status budgetd.StatusCommand
+	status.AddFlags(fs)
+	gatewayMetrics := fs.String("gateway-metrics", "http://127.0.0.1:9700/metrics", "a gateway's /metrics, for the bistability margin (empty: none; not with -json)")
 	if err := flagenv.Parse(fs, args, nil); err != nil {
 		return err
 	}
-	id, err := sec.Load(mtls.IdentityAdmin, mtls.Options{})
-	if err != nil {
+	if fs.NArg() > 0 {
+		return fmt.Errorf("status: unexpected argument %q", fs.Arg(0))
+	}
+	if err := status.Run(ctx, stdout); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	if err := budgetd.PrintStatus(ctx, stdout, *addr, *key, id, *asJSON); err != nil {
-		return err
-	}
-	if *asJSON || *gatewayMetrics == "" {
+	if status.JSON || *gatewayMetrics == "" {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, status.Timeout)
+	defer cancel()
 	if err := gateway.PrintMargin(ctx, stdout, *gatewayMetrics); err != nil {
 		// The budget is the command's first answer; a gateway not running
 		// here is worth a line, not a failure.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
+	"github.com/leveehq/levee/internal/etcdtest"
 	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/verify"
 )
@@ -33,7 +33,7 @@ func TestExampleHashVerifies(t *testing.T) {
 }
 
 func TestSettingsCommand(t *testing.T) {
-	endpoints := budgetdtest.StartEtcd(t)
+	endpoints := etcdtest.StartEtcd(t)
 	etcd := strings.Join(endpoints, ",")
 	ctx := context.Background()
 	do := func(args ...string) (string, error) {

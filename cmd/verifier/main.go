@@ -20,10 +20,11 @@ import (
 	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/residentheap"
 	"github.com/leveehq/levee/pkg/verifier"
+	"github.com/leveehq/levee/pkg/verify"
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	if err := run(os.Args[1:], os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(2) // the usage is printed already
 		}
@@ -96,31 +97,45 @@ func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) 
 	return cfg, o, cfg.Validate()
 }
 
-func run(args []string) error {
-	cfg, o, err := parse(args, os.Stderr, nil)
+func run(args []string, stderr io.Writer) error {
+	cfg, o, err := parse(args, stderr, nil)
 	if err != nil {
 		return err
 	}
-	var handler slog.Handler = slog.NewTextHandler(os.Stderr, nil)
+	if cfg, err = setup(cfg, o, stderr); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return verifier.Run(ctx, cfg)
+}
+
+// setup does what parse leaves to run: the logger on stderr, the TLS
+// identity, the pepper file, the memory budget resolved from the container
+// or the host, and (with -resident-heap) the Go runtime kept resident for
+// Argon2. It returns the Config verifier.Run takes.
+func setup(cfg verifier.Config, o options, stderr io.Writer) (verifier.Config, error) {
+	var handler slog.Handler = slog.NewTextHandler(stderr, nil)
 	if o.logJSON {
-		handler = slog.NewJSONHandler(os.Stderr, nil)
+		handler = slog.NewJSONHandler(stderr, nil)
 	}
 	cfg.Logger = slog.New(handler)
+	var err error
 	if cfg.TLS, err = o.tls.Load(tlsIdentity, mtls.Options{Logger: cfg.Logger}); err != nil {
-		return err
+		return cfg, err
 	}
 	if cfg.TLS.Plaintext() {
 		cfg.Logger.Warn("-insecure: plaintext gRPC and etcd; passwords cross the network in the clear")
 	}
 	if o.pepperFile != "" {
-		p, err := verifier.LoadPepperFile(o.pepperFile, cfg.Logger)
+		p, err := verify.LoadPepperFile(o.pepperFile, cfg.Logger)
 		if err != nil {
-			return err
+			return cfg, err
 		}
 		cfg.Peppers = p
 	}
 	if err := cfg.Validate(); err != nil {
-		return err
+		return cfg, err
 	}
 	budget, source := cfg.ResolveMemoryBudget()
 	cfg.MemoryBudget = budget
@@ -129,8 +144,5 @@ func run(args []string) error {
 		limit := residentheap.Keep(cfg.Workers, cfg.WidestHash(), budget)
 		cfg.Logger.Info("heap kept resident", "soft_memory_limit_mib", limit>>20)
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return verifier.Run(ctx, cfg)
+	return cfg, nil
 }

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +56,48 @@ func TestParse(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("parse(%q) = %v, want an error naming %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// setup loads what parse only named: the pepper file (its keys in the
+// Config, a missing file an error naming it), the memory budget as given,
+// and logs the plaintext warning and the budget on stderr, never a key.
+func TestSetupLoadsWhatParseNamed(t *testing.T) {
+	key := bytes.Repeat([]byte{0x5a}, 32)
+	path := filepath.Join(t.TempDir(), "peppers.txt")
+	b64 := base64.StdEncoding.EncodeToString(key)
+	if err := os.WriteFile(path, []byte("current=k1\nk1:"+b64+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	none := func(string) (string, bool) { return "", false }
+	cfg, o, err := parse([]string{"-insecure", "-pepper-file", path, "-memory-budget", "256MiB", "-resident-heap=false"}, io.Discard, none)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	cfg, err = setup(cfg, o, &logs)
+	if err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+	if cfg.Peppers.Current() != "k1" || cfg.Peppers.Len() != 1 || cfg.MemoryBudget != 256<<20 || cfg.Logger == nil {
+		t.Errorf("setup gave peppers %v, memory budget %d, logger %v; want the file's keys and 256 MiB", cfg.Peppers, cfg.MemoryBudget, cfg.Logger)
+	}
+	for _, want := range []string{"-insecure: plaintext", "memory budget"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("logs lack %q:\n%s", want, logs.String())
+		}
+	}
+	if strings.Contains(logs.String(), b64) {
+		t.Errorf("logs show the pepper key:\n%s", logs.String())
+	}
+
+	missing := filepath.Join(t.TempDir(), "none.txt")
+	cfg, o, err = parse([]string{"-insecure", "-pepper-file", missing, "-resident-heap=false"}, io.Discard, none)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := setup(cfg, o, io.Discard); err == nil || !strings.Contains(err.Error(), "none.txt") {
+		t.Errorf("setup with a missing pepper file: %v, want an error naming it", err)
 	}
 }
 

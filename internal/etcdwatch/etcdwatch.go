@@ -8,11 +8,12 @@ package etcdwatch
 import (
 	"context"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leveehq/levee/internal/backoff"
 )
 
 // Handler receives the state of the followed keys. Calls are sequential.
@@ -33,7 +34,7 @@ func Follow(ctx context.Context, cli *clientv3.Client, key string, prefix bool, 
 	if prefix {
 		opts = append(opts, clientv3.WithPrefix())
 	}
-	b := NewBackoff(50*time.Millisecond, maxBackoff)
+	b := backoff.New(50*time.Millisecond, maxBackoff)
 	for {
 		resp, err := cli.Get(ctx, key, opts...)
 		if err != nil {
@@ -64,34 +65,5 @@ func Follow(ctx context.Context, cli *clientv3.Client, key string, prefix bool, 
 		if ctx.Err() != nil || !b.Wait(ctx) {
 			return
 		}
-	}
-}
-
-// Backoff is a capped exponential backoff with full jitter. It is not safe
-// for concurrent use.
-type Backoff struct {
-	min, max, next time.Duration
-}
-
-// NewBackoff returns a backoff whose waits grow from min to max.
-func NewBackoff(min, max time.Duration) *Backoff {
-	return &Backoff{min: min, max: max, next: min}
-}
-
-// Reset starts the growth over.
-func (b *Backoff) Reset() { b.next = b.min }
-
-// Wait sleeps a uniformly random time up to the next interval and doubles
-// the interval; it returns false if ctx ended first.
-func (b *Backoff) Wait(ctx context.Context) bool {
-	d := time.Duration(rand.Int64N(int64(b.next)) + 1)
-	b.next = min(2*b.next, b.max)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
+	"github.com/leveehq/levee/internal/etcdtest"
 	"github.com/leveehq/levee/internal/etcdwatch"
-	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -74,7 +74,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // order, and nothing outside it. (The re-read after a failed watch is
 // exercised where etcd goes away: the gateway and budgetd tests.)
 func TestFollowPrefix(t *testing.T) {
-	endpoints := budgetdtest.StartEtcd(t)
+	endpoints := etcdtest.StartEtcd(t)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)

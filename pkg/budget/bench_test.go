@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/leveehq/levee/pkg/ledger"
 )
 
 // benchBudget returns a Budget on the system clock holding a lease of
@@ -14,7 +16,7 @@ func benchBudget(tokens int64) *Budget {
 	cfg := DefaultConfig()
 	b := newBudget("bench", &cfg, systemClock{})
 	b.mu.Lock()
-	b.renew(0, time.Hour, time.Now(), Settings{Ratio: 0.1}, 0)
+	b.renew(0, time.Hour, time.Now(), ledger.Settings{Ratio: 0.1}, 0)
 	b.mu.Unlock()
 	b.lease.Load().tokens.Store(tokens)
 	return b

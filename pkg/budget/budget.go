@@ -5,15 +5,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-)
 
-// Settings of one budget key as budgetd last sent them (levee.budget.v1
-// Settings). A key in fallback earns Ratio tokens per first attempt.
-type Settings struct {
-	Ratio        float64 // retries allowed per first attempt, fleet-wide
-	Burst        float64 // most tokens the fleet's budget saves up
-	MinPerSecond float64 // tokens the fleet earns per second whatever the traffic
-}
+	"github.com/leveehq/levee/pkg/ledger"
+)
 
 // Mode says where a key's retry tokens come from.
 type Mode uint8
@@ -197,7 +191,7 @@ type Budget struct {
 	// Written under mu by the refresher and the expiry timers; read
 	// atomically by Status and the metrics.
 	mu              sync.Mutex
-	settings        atomic.Pointer[Settings]
+	settings        atomic.Pointer[ledger.Settings]
 	leaseSpent      atomic.Uint64 // tokens spent from leases since replaced
 	granted         atomic.Uint64
 	fallbackEntries atomic.Uint64
@@ -351,7 +345,7 @@ func (b *Budget) newBucket(now time.Time, cause string) *bucket {
 // fallbackShare is this process's share of s.MinPerSecond, for its next
 // fallback; zero from a budgetd that sends none while s.MinPerSecond is not
 // zero keeps Config.FallbackMinPerSecond. Callers hold b.mu.
-func (b *Budget) renew(granted uint32, validFor time.Duration, arrived time.Time, s Settings, fallbackShare float64) {
+func (b *Budget) renew(granted uint32, validFor time.Duration, arrived time.Time, s ledger.Settings, fallbackShare float64) {
 	nl := &lease{granted: granted, arrived: arrived, expires: arrived.Add(validFor), validFor: validFor}
 	nl.tokens.Store(int64(granted))
 	b.settings.Store(&s)

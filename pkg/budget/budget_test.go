@@ -22,7 +22,7 @@ import (
 
 	"github.com/leveehq/levee/pkg/budget"
 	"github.com/leveehq/levee/pkg/budget/budgettest"
-	"github.com/leveehq/levee/pkg/budgetd"
+	"github.com/leveehq/levee/pkg/ledger"
 )
 
 func TestMain(m *testing.M) {
@@ -37,7 +37,7 @@ const key = "verify"
 // tell which applies) and a large minimum, so that after the 10 s a fixture
 // lets pass before the first report the key's ledger holds 1,000 tokens (its
 // cap, Burst) and every want is granted in full.
-var serverSettings = budgetd.Settings{Ratio: 0.2, Burst: 1000, MinPerSecond: 100}
+var serverSettings = ledger.Settings{Ratio: 0.2, Burst: 1000, MinPerSecond: 100}
 
 // fixture is one budgettest server and one Client on a shared fake clock:
 // the ledger's accounting and the client's lease expiry read the same time,
@@ -185,7 +185,7 @@ func TestAllowSpendsExactlyTheLease(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("status (-want +got):\n%s", diff)
 	}
-	if st.Settings != (budget.Settings{Ratio: 0.2, Burst: 1000, MinPerSecond: 100}) {
+	if st.Settings != (ledger.Settings{Ratio: 0.2, Burst: 1000, MinPerSecond: 100}) {
 		t.Errorf("settings = %+v, want the server's", st.Settings)
 	}
 }
@@ -533,9 +533,11 @@ func TestRefreshSchedule(t *testing.T) {
 			if f.srv.Calls() != calls+1 {
 				t.Fatalf("Lease calls %d, want %d", f.srv.Calls(), calls+1)
 			}
+			// Full jitter below a ceiling that doubles from 100 ms up to
+			// the refresh interval (1 s).
 			d := min(time.Second, 100*time.Millisecond<<(n-1))
-			if p := f.clock.Pending(); p[0] < d/2 || p[0] > d {
-				t.Errorf("after %d failures: wait %v, want in [%v, %v]", n, p[0], d/2, d)
+			if p := f.clock.Pending(); p[0] <= 0 || p[0] > d {
+				t.Errorf("after %d failures: wait %v, want in (0, %v]", n, p[0], d)
 			}
 		}
 	})
@@ -842,7 +844,7 @@ func TestFallbackEarnsItsShareOfTheFleetMinimum(t *testing.T) {
 		c.FallbackMinPerSecond = 5
 		c.FallbackBurst = 100
 	})
-	f.srv.SetSettings(key, budgetd.Settings{Ratio: 0.2, Burst: 1000, MinPerSecond: 1})
+	f.srv.SetSettings(key, ledger.Settings{Ratio: 0.2, Burst: 1000, MinPerSecond: 1})
 	f.clock.Advance(time.Second)
 	if err := f.c.Refresh(f.ctx); err != nil {
 		t.Fatal(err)

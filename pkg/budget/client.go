@@ -13,7 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/resolver"
@@ -21,6 +21,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+	"github.com/leveehq/levee/internal/backoff"
+	"github.com/leveehq/levee/pkg/ledger"
 )
 
 // Refresh timing bounds.
@@ -143,7 +145,7 @@ func dial(target string, extra []grpc.DialOption) (*grpc.ClientConn, error) {
 		// backoff of up to two minutes: every second in fallback is a second
 		// in which the fleet's retries are bounded only per process.
 		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: 2 * time.Second,
 		}),
 		// A connection whose packets are dropped (a partition, a hung host)
@@ -273,15 +275,11 @@ func (c *Client) run(ctx context.Context) {
 	}
 }
 
-// failBackoff is the wait after n consecutive failures: equal jitter over
+// failBackoff is the wait after n consecutive failures: full jitter below
 // failBackoffBase × 2^(n-1), capped at RefreshInterval, so a fleet that lost
 // budgetd together does not come back together.
 func (c *Client) failBackoff(n int) time.Duration {
-	d := c.cfg.RefreshInterval
-	if n >= 1 && n < 20 {
-		d = min(d, failBackoffBase<<(n-1))
-	}
-	return d/2 + rand.N(d/2+1)
+	return backoff.Full(n, failBackoffBase, c.cfg.RefreshInterval)
 }
 
 // Refresh reports and renews every key now, whatever the schedule. It
@@ -365,9 +363,8 @@ func (c *Client) refresh(ctx context.Context) (time.Duration, error) {
 			missing = append(missing, b)
 			continue
 		}
-		s := kl.GetSettings()
 		b.mu.Lock()
-		b.renew(kl.GetTokens(), validFor, arrived, Settings{Ratio: s.GetRatio(), Burst: s.GetBurst(), MinPerSecond: s.GetMinPerSecond()}, kl.GetFallbackMinPerSecond())
+		b.renew(kl.GetTokens(), validFor, arrived, ledger.SettingsOf(kl.GetSettings()), kl.GetFallbackMinPerSecond())
 		b.mu.Unlock()
 		if shortest == 0 || validFor < shortest {
 			shortest = validFor

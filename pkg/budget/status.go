@@ -1,6 +1,10 @@
 package budget
 
-import "time"
+import (
+	"time"
+
+	"github.com/leveehq/levee/pkg/ledger"
+)
 
 // KeyStatus describes one key at one instant.
 type KeyStatus struct {
@@ -28,7 +32,7 @@ type KeyStatus struct {
 	LeaseLeft time.Duration
 	// Settings are budgetd's latest for the key (SettingsFromServer), or the
 	// configured default ratio.
-	Settings           Settings
+	Settings           ledger.Settings
 	SettingsFromServer bool
 
 	// Totals since the Client started.
@@ -77,7 +81,7 @@ func (b *Budget) Status() KeyStatus {
 		Granted:         b.granted.Load(),
 		AllowedFallback: b.fallbackAllowed.Load(),
 		FallbackEntries: b.fallbackEntries.Load(),
-		Settings:        Settings{Ratio: b.cfg.DefaultRatio},
+		Settings:        ledger.Settings{Ratio: b.cfg.DefaultRatio},
 	}
 	st.UnreportedFirst = st.FirstAttempts - min(b.ackFirst.Load(), st.FirstAttempts)
 	st.UnreportedRetries = st.Retries - min(b.ackRetries.Load(), st.Retries)

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+	"github.com/leveehq/levee/internal/etcdtest"
 	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
 )
@@ -253,7 +254,7 @@ func clientIDs(n int) []string {
 func BenchmarkLease(b *testing.B) {
 	for _, procs := range []int{1, 2} {
 		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) {
-			etcd := budgetdtest.StartEtcd(b)
+			etcd := etcdtest.StartEtcd(b)
 			p := startReplicaProcess(b, etcd, procs)
 			const callers = 64
 			conns := benchConns(b, p.addr, callers)
@@ -325,7 +326,7 @@ func run(b *testing.B, callers, n int, fn func(g, i int) error) {
 func BenchmarkRefreshFleet(b *testing.B) {
 	for _, procs := range []int{1, 2} {
 		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) {
-			etcd := budgetdtest.StartEtcd(b)
+			etcd := etcdtest.StartEtcd(b)
 			p := startReplicaProcess(b, etcd, procs)
 			for _, n := range []int{1_000, 10_000} {
 				refreshFleet(b, etcd, p, n)

@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/leveehq/levee/internal/embeddedetcd"
+	"github.com/leveehq/levee/pkg/ledger"
 	"github.com/leveehq/levee/pkg/mtls"
 )
 
@@ -31,7 +32,7 @@ type Config struct {
 	EtcdEndpoints []string
 	// EmbeddedEtcd configures the embedded etcd (used only without
 	// EtcdEndpoints).
-	EmbeddedEtcd EmbeddedEtcdConfig
+	EmbeddedEtcd embeddedetcd.Config
 	// EtcdDialTimeout bounds each attempt to connect to etcd.
 	EtcdDialTimeout time.Duration
 
@@ -60,7 +61,7 @@ type Config struct {
 
 	// Defaults are the settings of keys without their own configuration in
 	// etcd, unless <Prefix>config/_default holds valid settings.
-	Defaults Settings
+	Defaults ledger.Settings
 	// MaxKeys bounds the budget keys the leader accounts for at once:
 	// clients choose keys, so without a bound they could grow memory.
 	MaxKeys int
@@ -79,29 +80,11 @@ type Config struct {
 	// EtcdLogLevel is the least severe etcd log (client and embedded server)
 	// passed to Logger; etcd is chatty below warn.
 	EtcdLogLevel slog.Level
-	// Registry receives budgetd's metrics; nil means a new private
-	// registry. Never the global default registry (an embedded etcd
+	// Registry receives budgetd's metrics and is what its /metrics serves
+	// (hence a Registry, which gathers, not a Registerer); nil means a new
+	// private registry. Never the global default registry (an embedded etcd
 	// registers its own collectors there).
 	Registry *prometheus.Registry
-}
-
-// EmbeddedEtcdConfig describes the single-node etcd budgetd starts when no
-// endpoints are configured.
-type EmbeddedEtcdConfig struct {
-	// DataDir holds etcd's data; it survives restarts.
-	DataDir string
-	// ClientURL is where etcd serves clients, e.g. http://127.0.0.1:2379
-	// (a bare host:port is http://, or https:// with TLS).
-	ClientURL string
-	// PeerURL is etcd's raft peer URL, e.g. http://127.0.0.1:2380.
-	PeerURL string
-	// Name is the etcd member name.
-	Name string
-	// TLS, when set, makes etcd serve its clients and peers mutual TLS from
-	// these files (then ClientURL and PeerURL must be https://): a client
-	// must present a certificate of the CA. etcd reads the files at each
-	// handshake, so a rotation on disk is used without a restart.
-	TLS mtls.Files
 }
 
 // DefaultConfig returns the production defaults.
@@ -109,7 +92,7 @@ func DefaultConfig() Config {
 	return Config{
 		ListenAddr:  "127.0.0.1:7702",
 		MetricsAddr: "127.0.0.1:9702",
-		EmbeddedEtcd: EmbeddedEtcdConfig{
+		EmbeddedEtcd: embeddedetcd.Config{
 			DataDir:   "budgetd.etcd",
 			ClientURL: "127.0.0.1:2379", // http://, or https:// with TLS
 			PeerURL:   "127.0.0.1:2380",
@@ -127,7 +110,7 @@ func DefaultConfig() Config {
 		// 1.3 s, or the leader steps down and clients use their local
 		// budgets until the next one is elected.
 		ElectionTTL:  2 * time.Second,
-		Defaults:     DefaultSettings(),
+		Defaults:     ledger.DefaultSettings(),
 		MaxKeys:      4096,
 		EtcdLogLevel: slog.LevelError,
 	}
@@ -143,7 +126,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if len(c.EtcdEndpoints) == 0 {
-		if err := c.EmbeddedEtcd.validate(); err != nil {
+		if err := c.EmbeddedEtcd.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("EmbeddedEtcd: %w", err))
 		}
 	}
@@ -183,55 +166,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("budgetd config: %w", err)
 	}
 	return nil
-}
-
-func (e EmbeddedEtcdConfig) validate() error {
-	var errs []error
-	if e.DataDir == "" {
-		errs = append(errs, errors.New("DataDir must be set"))
-	}
-	if e.Name == "" {
-		errs = append(errs, errors.New("Name must be set"))
-	}
-	secure := !e.TLS.IsZero()
-	if secure {
-		if err := e.TLS.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("TLS: %w", err))
-		}
-	}
-	for _, u := range []struct{ name, v string }{{"ClientURL", e.ClientURL}, {"PeerURL", e.PeerURL}} {
-		if _, err := parseEtcdURL(u.v, secure); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", u.name, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// parseEtcdURL accepts http://host:port (or a bare host:port, read as
-// http), or https://host:port when secure (a bare host:port is then read
-// as https).
-func parseEtcdURL(s string, secure bool) (*url.URL, error) {
-	if s == "" {
-		return nil, errors.New("must be set")
-	}
-	want := "http"
-	if secure {
-		want = "https"
-	}
-	if !strings.Contains(s, "://") {
-		s = want + "://" + s
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return nil, err
-	}
-	if u.Scheme != want {
-		return nil, fmt.Errorf("scheme must be %s (with TLS files: https; without: http), got %q", want, u.Scheme)
-	}
-	if err := checkHostPort(u.Host); err != nil {
-		return nil, err
-	}
-	return u, nil
 }
 
 func checkHostPort(s string) error {

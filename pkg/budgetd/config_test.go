@@ -6,6 +6,7 @@ import (
 	"time"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+	"github.com/leveehq/levee/internal/etcdtest"
 	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
 )
@@ -15,7 +16,7 @@ import (
 // malformed values are rejected, reported in Status and a metric, and the
 // last good settings stay; a default applies to keys without their own.
 func TestConfigThroughEtcd(t *testing.T) {
-	etcd := budgetdtest.StartEtcd(t)
+	etcd := etcdtest.StartEtcd(t)
 	// Production timings: a change must reach the leader within one
 	// refresh interval (1 s).
 	r := budgetdtest.StartReplica(t, etcd, func(c *budgetd.Config) {
@@ -128,7 +129,7 @@ func TestConfigThroughEtcd(t *testing.T) {
 // TestConfigReadAtStart: a replica that starts after the configuration was
 // written reads it (and its errors) before it grants.
 func TestConfigReadAtStart(t *testing.T) {
-	etcd := budgetdtest.StartEtcd(t)
+	etcd := etcdtest.StartEtcd(t)
 	budgetdtest.PutConfig(t, etcd, "/other/", "verify", `{"ratio":2,"burst":5,"min_per_second":0}`)
 	budgetdtest.PutConfig(t, etcd, "/other/", "broken", `[1,2]`)
 	r := budgetdtest.StartReplica(t, etcd, func(c *budgetd.Config) { c.Prefix = "/other/" })

@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leveehq/levee/internal/etcdwatch"
+	"github.com/leveehq/levee/pkg/ledger"
 )
 
 // configPrefix is where settings live: <Prefix>config/<key>.
@@ -95,7 +96,7 @@ func (s *Server) reconcileLocked() {
 func (s *Server) publishSettingsLocked() {
 	g := s.metrics.configSettings
 	g.Reset()
-	set := func(key string, st Settings) {
+	set := func(key string, st ledger.Settings) {
 		g.WithLabelValues(key, "ratio").Set(st.Ratio)
 		g.WithLabelValues(key, "burst").Set(st.Burst)
 		g.WithLabelValues(key, "min_per_second").Set(st.MinPerSecond)

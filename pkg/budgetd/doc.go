@@ -2,11 +2,11 @@
 // that retries reports its first attempts and retries and leases retry
 // tokens in advance, so that a whole fleet shares one budget per key.
 //
-// The accounting (Ledger) guarantees, per key and over any interval, that
-// the tokens granted to the whole fleet stay within Ratio × the first
-// attempts the fleet reported, plus MinPerSecond × the interval, plus the
-// cap on saved tokens; and that scarce tokens are shared in proportion to
-// each client's first-attempt traffic.
+// The accounting is package ledger: its Ledger guarantees, per key and over
+// any interval, that the tokens granted to the whole fleet stay within Ratio
+// × the first attempts the fleet reported, plus MinPerSecond × the interval,
+// plus the cap on saved tokens, shared in proportion to each client's
+// first-attempt traffic. budgetd keeps one Ledger per key on its leader.
 //
 // A Server is one replica of levee.budget.v1.BudgetService. It promises:
 //

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+	"github.com/leveehq/levee/internal/etcdtest"
+	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
 )
 
@@ -59,7 +61,7 @@ func watchLeaders(stop <-chan struct{}, replicas ...*budgetdtest.Replica) (chang
 // leadership holds still while etcd is healthy; when the leader stops it
 // resigns and the follower takes over within moments, granting again.
 func TestFailover(t *testing.T) {
-	etcd := budgetdtest.StartEtcd(t)
+	etcd := etcdtest.StartEtcd(t)
 	r1 := budgetdtest.StartReplica(t, etcd, nil)
 	budgetdtest.WaitLeader(t, leaderWait, r1)
 	r2 := budgetdtest.StartReplica(t, etcd, nil)
@@ -137,7 +139,7 @@ func TestFailover(t *testing.T) {
 // (UNAVAILABLE, so clients fall back locally) and steps down; when etcd
 // returns a leader is elected again and grants resume, on either replica.
 func TestEtcdLost(t *testing.T) {
-	etcd := budgetdtest.NewEtcd(t)
+	etcd := etcdtest.NewEtcd(t)
 	r1 := budgetdtest.StartReplica(t, etcd.Endpoints(), nil)
 	r2 := budgetdtest.StartReplica(t, etcd.Endpoints(), nil)
 	leader := budgetdtest.WaitLeader(t, leaderWait, r1, r2)
@@ -188,10 +190,50 @@ func TestEtcdLost(t *testing.T) {
 	}
 }
 
+// TestLeaderFence: a leader cut off from etcd stops granting before etcd
+// could expire its session and let another replica win, that is within
+// ElectionTTL of the last answer etcd sent it (counted at the proxy in
+// front of etcd, so at or before the leader read it). It does not wait for
+// its etcd client to notice the session gone, which happens a TTL or more
+// after that answer, when a new leader may already be granting. A single
+// replica, so that every answer through the proxy is its own.
+func TestLeaderFence(t *testing.T) {
+	etcd := etcdtest.NewEtcd(t)
+	var ttl time.Duration
+	r := budgetdtest.StartReplica(t, etcd.Endpoints(), func(c *budgetd.Config) { ttl = c.ElectionTTL })
+	budgetdtest.WaitLeader(t, leaderWait, r)
+	ctx := ctxT(t)
+	if _, err := leaseVia(ctx, r, "gw"); err != nil {
+		t.Fatalf("Lease from the leader: %v", err)
+	}
+	time.Sleep(ttl) // a few renewals
+	etcd.Stop()
+	last := etcd.LastAnswer()
+	var refused time.Time
+	for deadline := time.Now().Add(3 * ttl); refused.IsZero(); time.Sleep(5 * time.Millisecond) {
+		_, err := leaseVia(ctx, r, "gw")
+		switch {
+		case status.Code(err) == codes.Unavailable:
+			refused = time.Now()
+		case err != nil:
+			t.Fatalf("Lease without etcd: %v, want a grant or UNAVAILABLE", err)
+		case time.Now().After(deadline):
+			t.Fatalf("the leader still grants %v after etcd went away", 3*ttl)
+		}
+	}
+	after := refused.Sub(last)
+	t.Logf("granting stopped %v after etcd's last answer (session TTL %v)", after, ttl)
+	// Leave etcd's own expiry check and a new leader's election some room:
+	// a grant after ttl-100ms could overlap a successor's.
+	if after > ttl-100*time.Millisecond {
+		t.Errorf("the leader granted for %v after etcd's last answer; it must stop well within the session TTL %v", after, ttl)
+	}
+}
+
 // TestStopWithoutEtcd: replicas that lost etcd still stop promptly (a
 // campaign interrupted by the loss waits for etcd; shutdown does not).
 func TestStopWithoutEtcd(t *testing.T) {
-	etcd := budgetdtest.NewEtcd(t)
+	etcd := etcdtest.NewEtcd(t)
 	r1 := budgetdtest.StartReplica(t, etcd.Endpoints(), nil)
 	r2 := budgetdtest.StartReplica(t, etcd.Endpoints(), nil)
 	leader := budgetdtest.WaitLeader(t, leaderWait, r1, r2)

@@ -11,7 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/leveehq/levee/internal/etcdwatch"
+	"github.com/leveehq/levee/internal/backoff"
+	"github.com/leveehq/levee/pkg/ledger"
 )
 
 // Errors that end a term; runElection campaigns again after them.
@@ -35,7 +36,7 @@ func fenceMargin(ttl time.Duration) time.Duration {
 
 // runElection campaigns for leadership, term after term, until ctx ends.
 func (s *Server) runElection(ctx context.Context, cli *clientv3.Client) {
-	b := etcdwatch.NewBackoff(100*time.Millisecond, s.cfg.ElectionTTL)
+	b := backoff.New(100*time.Millisecond, s.cfg.ElectionTTL)
 	var stale clientv3.LeaseID // the lease of a session lost, to revoke when etcd is back
 	failing := false           // log an outage once, not every retry
 	for {
@@ -247,7 +248,7 @@ func isDone(c <-chan struct{}) bool {
 func (s *Server) becomeLeader() {
 	s.mu.Lock()
 	s.leading = true
-	s.ledgers = map[string]*Ledger{}
+	s.ledgers = map[string]*ledger.Ledger{}
 	s.updateHealthLocked()
 	s.mu.Unlock()
 	s.metrics.isLeader.Set(1)
@@ -273,7 +274,7 @@ func (s *Server) stepDown() {
 // under the election prefix is the leader's address.
 func (s *Server) observeLeader(ctx context.Context, cli *clientv3.Client) {
 	pfx := s.electionPrefix() + "/"
-	b := etcdwatch.NewBackoff(50*time.Millisecond, s.cfg.RefreshInterval)
+	b := backoff.New(50*time.Millisecond, s.cfg.RefreshInterval)
 	for {
 		resp, err := cli.Get(ctx, pfx, clientv3.WithFirstCreate()...)
 		if err != nil {

@@ -26,8 +26,11 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+	"github.com/leveehq/levee/internal/embeddedetcd"
 	"github.com/leveehq/levee/internal/etcdclient"
+	"github.com/leveehq/levee/internal/etcdlog"
 	"github.com/leveehq/levee/internal/serving"
+	"github.com/leveehq/levee/pkg/ledger"
 )
 
 var _ budgetv1.BudgetServiceServer = (*Server)(nil)
@@ -80,7 +83,7 @@ type Server struct {
 	grantUntil time.Time
 	sessionUp  bool
 	leaderAddr string // as observed in etcd; "" when unknown
-	ledgers    map[string]*Ledger
+	ledgers    map[string]*ledger.Ledger
 	settings   settingsTable
 }
 
@@ -199,7 +202,7 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) (err error) 
 	endpoints := s.cfg.EtcdEndpoints
 	where := "external"
 	if len(endpoints) == 0 {
-		emb, err := StartEmbeddedEtcd(s.cfg.EmbeddedEtcd, s.log, s.cfg.EtcdLogLevel)
+		emb, err := embeddedetcd.Start(s.cfg.EmbeddedEtcd, s.log, s.cfg.EtcdLogLevel)
 		if err != nil {
 			closeListeners()
 			return fmt.Errorf("budgetd: %w", err)
@@ -216,7 +219,7 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) (err error) 
 		Endpoints:   endpoints,
 		DialTimeout: s.cfg.EtcdDialTimeout,
 		TLS:         s.cfg.TLS,
-		Logger:      newZapLogger(s.log, s.cfg.EtcdLogLevel, "etcd-client", nil),
+		Logger:      etcdlog.New(s.log, s.cfg.EtcdLogLevel, "etcd-client", nil),
 	})
 	if err != nil {
 		closeListeners()
@@ -378,12 +381,12 @@ func (s *Server) grant(req *budgetv1.LeaseRequest) (*budgetv1.LeaseResponse, err
 		key := r.GetKey()
 		l := s.ledgers[key]
 		if l == nil {
-			l = NewLedger(s.settings.forKey(key), s.cfg.LeaseValidity, now)
+			l = ledger.NewLedger(s.settings.forKey(key), s.cfg.LeaseValidity, now)
 			s.ledgers[key] = l
 		}
-		g := l.Report(req.GetClientId(), CountsOf(r), r.GetTokensWanted(), now)
+		g := l.Report(req.GetClientId(), ledger.CountsOf(r), r.GetTokensWanted(), now)
 		n := g.Tokens
-		leases[i] = &budgetv1.KeyLease{Key: key, Tokens: n, ValidFor: validFor, Settings: l.Settings().proto(), FallbackMinPerSecond: g.FallbackMinPerSecond}
+		leases[i] = &budgetv1.KeyLease{Key: key, Tokens: n, ValidFor: validFor, Settings: l.Settings().Proto(), FallbackMinPerSecond: g.FallbackMinPerSecond}
 
 		label := otherKey
 		if s.settings.configured(key) {

@@ -23,9 +23,11 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+	"github.com/leveehq/levee/internal/etcdtest"
 	"github.com/leveehq/levee/internal/testlock"
 	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
+	"github.com/leveehq/levee/pkg/ledger"
 )
 
 // Every test starts replicas with gRPC, HTTP, etcd clients and embedded
@@ -67,7 +69,7 @@ func TestLeaseStatusRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Lease: %v", err)
 	}
-	def := budgetd.DefaultSettings()
+	def := ledger.DefaultSettings()
 	defProto := &budgetv1.Settings{Ratio: def.Ratio, Burst: def.Burst, MinPerSecond: def.MinPerSecond}
 	// A new leader starts empty: 100 first attempts at ratio 0.1 earn 10
 	// tokens (5 wanted); a key with no traffic earns nothing yet. The only
@@ -175,7 +177,7 @@ func TestLeaseStatusRoundTrip(t *testing.T) {
 // TestInvalidArgument: every malformed request is INVALID_ARGUMENT naming
 // the field.
 func TestInvalidArgument(t *testing.T) {
-	r := budgetdtest.StartReplica(t, budgetdtest.StartEtcd(t), nil)
+	r := budgetdtest.StartReplica(t, etcdtest.StartEtcd(t), nil)
 	budgetdtest.WaitLeader(t, leaderWait, r)
 	c := r.Client()
 	ctx := ctxT(t)
@@ -222,7 +224,7 @@ func TestInvalidArgument(t *testing.T) {
 
 // TestMaxKeys: clients choose keys, so the leader bounds how many it keeps.
 func TestMaxKeys(t *testing.T) {
-	r := budgetdtest.StartReplica(t, budgetdtest.StartEtcd(t), func(c *budgetd.Config) { c.MaxKeys = 2 })
+	r := budgetdtest.StartReplica(t, etcdtest.StartEtcd(t), func(c *budgetd.Config) { c.MaxKeys = 2 })
 	budgetdtest.WaitLeader(t, leaderWait, r)
 	c := r.Client()
 	ctx := ctxT(t)
@@ -313,7 +315,7 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 // any more (it has no configuration of its own).
 func TestForgetIdleClients(t *testing.T) {
 	var offset atomic.Int64
-	r := budgetdtest.StartReplica(t, budgetdtest.StartEtcd(t), func(c *budgetd.Config) {
+	r := budgetdtest.StartReplica(t, etcdtest.StartEtcd(t), func(c *budgetd.Config) {
 		c.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	})
 	budgetdtest.WaitLeader(t, leaderWait, r)

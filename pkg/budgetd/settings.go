@@ -1,101 +1,15 @@
 package budgetd
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"sort"
-	"strconv"
-	"strings"
 
-	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+	"github.com/leveehq/levee/pkg/ledger"
 )
 
 // DefaultConfigKey is the name under <Prefix>config/ whose settings apply to
 // every key without its own.
 const DefaultConfigKey = "_default"
-
-// ParseSettings reads one key's settings as stored in etcd, e.g.
-// {"ratio":0.1,"burst":100,"min_per_second":1}. Every field is required and
-// no other is allowed (names are exact), so that a typo is an error rather
-// than a zero.
-func ParseSettings(data []byte) (Settings, error) {
-	var raw map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&raw); err != nil {
-		return Settings{}, jsonError(err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Settings{}, errors.New("invalid JSON: data after the object")
-	}
-	var s Settings
-	fields := []struct {
-		name string
-		v    *float64
-	}{{"ratio", &s.Ratio}, {"burst", &s.Burst}, {"min_per_second", &s.MinPerSecond}}
-	var missing []string
-	for _, f := range fields {
-		v, ok := raw[f.name]
-		if !ok {
-			missing = append(missing, f.name)
-			continue
-		}
-		delete(raw, f.name)
-		if err := json.Unmarshal(v, f.v); err != nil || bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
-			return Settings{}, fmt.Errorf("invalid JSON: %s must be a number, got %s", f.name, truncate(v, 32))
-		}
-	}
-	if len(raw) > 0 {
-		unknown := make([]string, 0, len(raw))
-		for k := range raw {
-			unknown = append(unknown, strconv.Quote(k))
-		}
-		sort.Strings(unknown)
-		return Settings{}, fmt.Errorf("unknown field(s) %s (want ratio, burst, min_per_second)", strings.Join(unknown, ", "))
-	}
-	if len(missing) > 0 {
-		return Settings{}, fmt.Errorf("missing field(s) %s", strings.Join(missing, ", "))
-	}
-	if err := s.Validate(); err != nil {
-		return Settings{}, err
-	}
-	return s, nil
-}
-
-func truncate(b []byte, n int) string {
-	if len(b) > n {
-		return string(b[:n]) + "…"
-	}
-	return string(b)
-}
-
-// jsonError says what is wrong with a settings value in the terms of the
-// value, not of the Go types that read it.
-func jsonError(err error) error {
-	var syntax *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syntax):
-		return fmt.Errorf("invalid JSON at byte %d: %s", syntax.Offset, strings.TrimPrefix(syntax.Error(), "json: "))
-	case errors.As(err, &typ) && typ.Field == "":
-		return fmt.Errorf("invalid JSON: want an object, got %s", typ.Value)
-	case errors.As(err, &typ):
-		return fmt.Errorf("invalid JSON: %s must be a number, got %s", typ.Field, typ.Value)
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return errors.New("invalid JSON: truncated or empty")
-	}
-	return fmt.Errorf("invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
-}
-
-func (s Settings) String() string {
-	return fmt.Sprintf("ratio %g, burst %g, min_per_second %g", s.Ratio, s.Burst, s.MinPerSecond)
-}
-
-func (s Settings) proto() *budgetv1.Settings {
-	return &budgetv1.Settings{Ratio: s.Ratio, Burst: s.Burst, MinPerSecond: s.MinPerSecond}
-}
 
 // settingsTable is the configuration as read from etcd: the last good
 // settings of every configured key, the last good default, and the
@@ -103,9 +17,9 @@ func (s Settings) proto() *budgetv1.Settings {
 // use.
 type settingsTable struct {
 	prefix   string // <Prefix>config/, for messages
-	defaults Settings
-	explicit map[string]Settings
-	etcdDef  *Settings
+	defaults ledger.Settings
+	explicit map[string]ledger.Settings
+	etcdDef  *ledger.Settings
 	rejected map[string]rejection // by name under config/
 }
 
@@ -114,24 +28,24 @@ type rejection struct {
 	rev int64 // the etcd ModRevision of the rejected value
 }
 
-func newSettingsTable(prefix string, defaults Settings) settingsTable {
+func newSettingsTable(prefix string, defaults ledger.Settings) settingsTable {
 	return settingsTable{
 		prefix:   prefix,
 		defaults: defaults,
-		explicit: map[string]Settings{},
+		explicit: map[string]ledger.Settings{},
 		rejected: map[string]rejection{},
 	}
 }
 
 // forKey returns the settings in force for key.
-func (t *settingsTable) forKey(key string) Settings {
+func (t *settingsTable) forKey(key string) ledger.Settings {
 	if s, ok := t.explicit[key]; ok {
 		return s
 	}
 	return t.fallback()
 }
 
-func (t *settingsTable) fallback() Settings {
+func (t *settingsTable) fallback() ledger.Settings {
 	if t.etcdDef != nil {
 		return *t.etcdDef
 	}
@@ -152,9 +66,9 @@ func (t *settingsTable) put(name string, value []byte, rev int64) (rejected erro
 	if name == DefaultConfigKey {
 		err = nil
 	}
-	var s Settings
+	var s ledger.Settings
 	if err == nil {
-		s, err = ParseSettings(value)
+		s, err = ledger.ParseSettings(value)
 	} else {
 		err = fmt.Errorf("not a budget key: %w", err)
 	}

@@ -2,6 +2,7 @@ package budgetd
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -82,10 +83,10 @@ func (s *Server) localStatus(key string, asLeader bool) *budgetv1.StatusResponse
 		sort.Strings(keys)
 	}
 	for _, k := range keys {
-		b := &budgetv1.BudgetStatus{Key: k, Settings: s.settings.forKey(k).proto()}
+		b := &budgetv1.BudgetStatus{Key: k, Settings: s.settings.forKey(k).Proto()}
 		if l := s.ledgers[k]; l != nil {
 			st := l.Status(now)
-			b.Settings = st.Settings.proto()
+			b.Settings = st.Settings.Proto()
 			b.TokensAvailable = st.Tokens
 			b.FirstAttemptsPerSecond = st.FirstPerSecond
 			b.RetriesPerSecond = st.RetriesPerSecond
@@ -127,14 +128,42 @@ func QueryStatus(ctx context.Context, addr, key string, id *mtls.Source) (*budge
 	return resp, nil
 }
 
-// PrintStatus queries the replica at addr and writes its answer to w as
-// WriteStatus does: what `budgetd status` runs.
-func PrintStatus(ctx context.Context, w io.Writer, addr, key string, id *mtls.Source, asJSON bool) error {
-	resp, err := QueryStatus(ctx, addr, key, id)
+// StatusCommand is the command line's budget status, the one behind both
+// `budgetd status` and `levee status`: its flags, and the query it makes
+// with the operator's identity.
+type StatusCommand struct {
+	Addr    string
+	Key     string
+	JSON    bool
+	Timeout time.Duration
+	TLS     mtls.Settings
+}
+
+// AddFlags registers -addr, -key, -json, -timeout and the TLS flags on fs,
+// with their defaults.
+func (c *StatusCommand) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Addr, "addr", DefaultConfig().ListenAddr, "address of any budgetd replica")
+	fs.StringVar(&c.Key, "key", "", "budget key to describe (default: all)")
+	fs.BoolVar(&c.JSON, "json", false, "print JSON instead of tables")
+	fs.DurationVar(&c.Timeout, "timeout", 5*time.Second, "give up after this long")
+	c.TLS.AddFlags(fs)
+}
+
+// Run asks the replica at Addr, as the admin identity (or in plaintext with
+// -insecure), and writes its answer to w as WriteStatus does, within
+// Timeout.
+func (c *StatusCommand) Run(ctx context.Context, w io.Writer) error {
+	id, err := c.TLS.Load(mtls.IdentityAdmin, mtls.Options{})
 	if err != nil {
 		return err
 	}
-	return WriteStatus(w, resp, asJSON)
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	resp, err := QueryStatus(ctx, c.Addr, c.Key, id)
+	if err != nil {
+		return err
+	}
+	return WriteStatus(w, resp, c.JSON)
 }
 
 // WriteStatus writes resp as readable tables, or as JSON (proto field

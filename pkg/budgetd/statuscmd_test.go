@@ -2,6 +2,9 @@ package budgetd_test
 
 import (
 	"bytes"
+	"context"
+	"flag"
+	"io"
 	"strings"
 	"testing"
 
@@ -10,15 +13,28 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+	"github.com/leveehq/levee/internal/etcdtest"
 	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
 )
+
+// statusCmd runs StatusCommand as `budgetd status` and `levee status` do:
+// from its flags, args.
+func statusCmd(ctx context.Context, w io.Writer, args ...string) error {
+	var c budgetd.StatusCommand
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	c.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return c.Run(ctx, w)
+}
 
 // TestPrintStatus runs what `budgetd status` runs against a replica: the
 // readable tables name the leader, every key with its settings and totals,
 // every client and the configuration errors; -json is the StatusResponse.
 func TestPrintStatus(t *testing.T) {
-	etcd := budgetdtest.StartEtcd(t)
+	etcd := etcdtest.StartEtcd(t)
 	budgetdtest.PutConfig(t, etcd, "", "verify", `{"ratio":0.2,"burst":40,"min_per_second":0}`)
 	budgetdtest.PutConfig(t, etcd, "", "typo", `{"ratio":0.2,"burst":40,"min_per_sec":0}`)
 	r := budgetdtest.StartReplica(t, etcd, nil)
@@ -32,8 +48,8 @@ func TestPrintStatus(t *testing.T) {
 	}
 
 	var buf bytes.Buffer
-	if err := budgetd.PrintStatus(ctx, &buf, r.Addr(), "", nil, false); err != nil {
-		t.Fatalf("PrintStatus: %v", err)
+	if err := statusCmd(ctx, &buf, "-addr", r.Addr(), "-insecure"); err != nil {
+		t.Fatalf("status: %v", err)
 	}
 	out := buf.String()
 	t.Logf("budgetd status:\n%s", out)
@@ -43,7 +59,7 @@ func TestPrintStatus(t *testing.T) {
 		"login/tenant-x  0.1    100",
 		"verify          0.2    40",
 		"clients of verify:", "gateway-a/1", "gateway-b/2",
-		"config errors:", `/levee/budget/config/typo: unknown field(s) "min_per_sec" (want ratio, burst, min_per_second); the default applies`,
+		"config errors:", `/levee/budget/config/typo: unknown field(s) "min_per_sec" (known: ratio, burst, min_per_second); the default applies`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q", want)
@@ -51,8 +67,8 @@ func TestPrintStatus(t *testing.T) {
 	}
 
 	buf.Reset()
-	if err := budgetd.PrintStatus(ctx, &buf, r.Addr(), "verify", nil, true); err != nil {
-		t.Fatalf("PrintStatus -json: %v", err)
+	if err := statusCmd(ctx, &buf, "-addr", r.Addr(), "-insecure", "-key", "verify", "-json"); err != nil {
+		t.Fatalf("status -json: %v", err)
 	}
 	var got budgetv1.StatusResponse
 	if err := protojson.Unmarshal(buf.Bytes(), &got); err != nil {
@@ -71,8 +87,8 @@ func TestPrintStatus(t *testing.T) {
 		t.Errorf("-json uses proto field names: %s", buf.String())
 	}
 
-	if err := budgetd.PrintStatus(ctx, &buf, r.Addr(), "bad key", nil, false); err == nil || !strings.Contains(err.Error(), "InvalidArgument") {
-		t.Errorf("PrintStatus with a bad key: %v, want InvalidArgument", err)
+	if err := statusCmd(ctx, &buf, "-addr", r.Addr(), "-insecure", "-key", "bad key"); err == nil || !strings.Contains(err.Error(), "InvalidArgument") {
+		t.Errorf("status with a bad key: %v, want InvalidArgument", err)
 	}
 }
 

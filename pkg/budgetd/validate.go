@@ -88,13 +88,3 @@ func validateLease(req *budgetv1.LeaseRequest) error {
 	}
 	return nil
 }
-
-// CountsOf is a validated report's counts, for Ledger.Report.
-func CountsOf(r *budgetv1.KeyReport) Counts {
-	return Counts{
-		First:    r.GetFirstAttempts(),
-		Fallback: r.GetFallbackFirstAttempts(),
-		Retries:  r.GetRetries(),
-		Span:     r.GetSpan().AsDuration(),
-	}
-}

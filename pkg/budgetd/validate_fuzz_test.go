@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+	"github.com/leveehq/levee/pkg/ledger"
 )
 
 // FuzzLease: any bytes a client sends as a LeaseRequest are either rejected
@@ -30,12 +31,12 @@ func FuzzLease(f *testing.F) {
 		if proto.Unmarshal(b, &req) != nil || validateLease(&req) != nil {
 			return
 		}
-		l := NewLedger(DefaultSettings(), 3*time.Second, t0)
-		now := t0
+		l := ledger.NewLedger(ledger.DefaultSettings(), 3*time.Second, time.Unix(0, 0))
+		now := time.Unix(0, 0)
 		for round := range 3 {
 			now = now.Add(time.Duration(step%int64(time.Minute)) * time.Duration(round))
 			for _, r := range req.GetReports() {
-				g := l.Report(req.GetClientId(), CountsOf(r), r.GetTokensWanted(), now)
+				g := l.Report(req.GetClientId(), ledger.CountsOf(r), r.GetTokensWanted(), now)
 				if g.Tokens > r.GetTokensWanted() {
 					t.Fatalf("granted %d > wanted %d", g.Tokens, r.GetTokensWanted())
 				}

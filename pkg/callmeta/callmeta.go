@@ -126,13 +126,20 @@ type Facts struct {
 // defaults are the facts of a request that carries none.
 var defaults = Facts{Attempt: 1, Priority: Interactive}
 
-// AttemptClass returns "first" for a first attempt (or an unset one) and
-// "retry" otherwise: a bounded label value for metrics and shedding.
+// The attempt classes AttemptClass returns.
+const (
+	FirstAttempt = "first"
+	RetryAttempt = "retry"
+)
+
+// AttemptClass returns FirstAttempt for a first attempt (or an unset one)
+// and RetryAttempt otherwise: a bounded label value for metrics and
+// shedding.
 func (f Facts) AttemptClass() string {
 	if f.Attempt <= 1 {
-		return "first"
+		return FirstAttempt
 	}
-	return "retry"
+	return RetryAttempt
 }
 
 // Validate reports whether f can be sent as it is: unset fields are fine

@@ -2,9 +2,6 @@ package callmeta
 
 import (
 	"context"
-	"errors"
-	"io"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,10 +13,12 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/leveehq/levee/internal/grpctest"
 )
 
-// recorder is the test service: Check and Watch count their invocations and
-// record the facts FromContext gives them.
+// recorder is the test service: Check counts its invocations and
+// records the facts FromContext gives them.
 type recorder struct {
 	healthpb.UnimplementedHealthServer
 	calls atomic.Int64
@@ -37,36 +36,15 @@ func (r *recorder) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*
 	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 }
 
-func (r *recorder) Watch(_ *healthpb.HealthCheckRequest, ss grpc.ServerStreamingServer[healthpb.HealthCheckResponse]) error {
-	r.record(ss.Context())
-	return ss.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING})
-}
-
 // start serves a recorder on 127.0.0.1:0 behind the interceptors and returns
 // it with a client; both are shut down when the test ends.
 func start(t *testing.T) (*recorder, healthpb.HealthClient) {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(UnaryServerInterceptor()),
-		grpc.ChainStreamInterceptor(StreamServerInterceptor()),
-	)
 	rec := &recorder{}
-	healthpb.RegisterHealthServer(s, rec)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = s.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		s.Stop()
-		<-done
-	})
+	addr := grpctest.Serve(t, func(s *grpc.Server) { healthpb.RegisterHealthServer(s, rec) },
+		grpc.ChainUnaryInterceptor(UnaryServerInterceptor()))
 
-	cc, err := grpc.NewClient("passthrough:///"+lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,20 +59,6 @@ var methods = []struct {
 	{name: "unary", call: func(ctx context.Context, c healthpb.HealthClient) error {
 		_, err := c.Check(ctx, &healthpb.HealthCheckRequest{})
 		return err
-	}},
-	{name: "stream", call: func(ctx context.Context, c healthpb.HealthClient) error {
-		stream, err := c.Watch(ctx, &healthpb.HealthCheckRequest{})
-		if err != nil {
-			return err
-		}
-		for {
-			if _, err := stream.Recv(); err != nil {
-				if errors.Is(err, io.EOF) {
-					return nil
-				}
-				return err
-			}
-		}
 	}},
 }
 

@@ -22,23 +22,3 @@ func UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		return handler(NewContext(ctx, f), req)
 	}
 }
-
-// StreamServerInterceptor is UnaryServerInterceptor for streaming calls: the
-// handler's stream reports a context carrying the facts.
-func StreamServerInterceptor() grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		f, err := FromIncoming(ss.Context())
-		if err != nil {
-			return status.Error(codes.InvalidArgument, err.Error())
-		}
-		return handler(srv, &serverStream{ServerStream: ss, ctx: NewContext(ss.Context(), f)})
-	}
-}
-
-// serverStream replaces the context of a grpc.ServerStream.
-type serverStream struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (s *serverStream) Context() context.Context { return s.ctx }

@@ -14,8 +14,8 @@ import (
 
 	"github.com/leveehq/levee/pkg/budget"
 	"github.com/leveehq/levee/pkg/budget/budgettest"
-	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/client"
+	"github.com/leveehq/levee/pkg/ledger"
 )
 
 var _ client.Budget = (*budget.Budget)(nil)
@@ -28,7 +28,7 @@ func TestWithFleetBudget(t *testing.T) {
 	defer cancel()
 	clock := budgettest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	srv := budgettest.NewServer(budgettest.Config{Now: clock.Now, ValidFor: 10 * time.Second})
-	srv.SetSettings("verify", budgetd.Settings{Ratio: 0.1, Burst: 1000, MinPerSecond: 100})
+	srv.SetSettings("verify", ledger.Settings{Ratio: 0.1, Burst: 1000, MinPerSecond: 100})
 	if _, err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"google.golang.org/grpc"
@@ -47,6 +46,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/internal/backoff"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/deadline"
 )
@@ -243,11 +243,7 @@ func (c *Client) call(ctx context.Context, m *methodMetrics, opts []CallOption,
 // backoff is the full-jitter wait before the retry that follows failed
 // attempt n: uniform in [0, min(cap, base × 2^(n-1))).
 func (c *Client) backoff(n int) time.Duration {
-	ceil := c.cfg.BackoffCap
-	if n-1 < 32 {
-		ceil = min(ceil, c.cfg.BackoffBase<<(n-1))
-	}
-	return rand.N(max(ceil, 1))
+	return backoff.Full(n, c.cfg.BackoffBase, c.cfg.BackoffCap)
 }
 
 type verdict uint8

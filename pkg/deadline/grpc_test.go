@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +13,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/leveehq/levee/internal/grpctest"
 )
 
 // healthService is the test service: Check and Watch count their
@@ -48,22 +49,7 @@ func (h *healthService) Watch(_ *healthpb.HealthCheckRequest, ss grpc.ServerStre
 // ends.
 func serve(t *testing.T, svc healthpb.HealthServer, opts ...grpc.ServerOption) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer(opts...)
-	healthpb.RegisterHealthServer(s, svc)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = s.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		s.Stop()
-		<-done
-	})
-	return lis.Addr().String()
+	return grpctest.Serve(t, func(s *grpc.Server) { healthpb.RegisterHealthServer(s, svc) }, opts...)
 }
 
 // dial returns a client for addr, closed when the test ends (before the

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/leveehq/levee/internal/embeddedetcd"
 	"github.com/leveehq/levee/internal/etcdclient"
 	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/etcdauth"
@@ -33,7 +34,7 @@ import (
 // Config describes a local fleet. Start from DefaultConfig.
 type Config struct {
 	// Etcd is the embedded etcd (data directory, client and peer URLs).
-	Etcd budgetd.EmbeddedEtcdConfig
+	Etcd embeddedetcd.Config
 	// Host is the address every component listens on.
 	Host string
 	// GatewayPort, BudgetdPort and VerifierPort are gRPC ports; verifier i
@@ -68,7 +69,7 @@ type Config struct {
 // 7700 (gateway), 7702 (budgetd), 7711+ (verifiers), metrics at +2000.
 func DefaultConfig() Config {
 	return Config{
-		Etcd: budgetd.EmbeddedEtcdConfig{
+		Etcd: embeddedetcd.Config{
 			DataDir:   "levee-local.etcd",
 			ClientURL: "127.0.0.1:2379", // http://, or https:// with TLSDir
 			PeerURL:   "127.0.0.1:2380",
@@ -119,7 +120,7 @@ func Run(ctx context.Context, cfg Config, ready func(Addresses)) error {
 	if cfg.TLSDir != "" {
 		cfg.Etcd.TLS = mtls.Settings{Dir: cfg.TLSDir}.Resolve(mtls.IdentityEtcd)
 	}
-	etcd, err := budgetd.StartEmbeddedEtcd(cfg.Etcd, log.With("component", "etcd"), slog.LevelError)
+	etcd, err := embeddedetcd.Start(cfg.Etcd, log.With("component", "etcd"), slog.LevelError)
 	if err != nil {
 		return fmt.Errorf("fleet: %w", err)
 	}

@@ -15,12 +15,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/naming/endpoints"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
-	"github.com/leveehq/levee/internal/etcdwatch"
+	"github.com/leveehq/levee/internal/backoff"
 	"github.com/leveehq/levee/pkg/breaker"
 )
 
@@ -182,7 +182,7 @@ func newBackends(log *slog.Logger, static []string, newBrk func() *breaker.Break
 			// And when it answers again, it is back within a couple of
 			// seconds, not grpc's default backoff of up to two minutes.
 			grpc.WithConnectParams(grpc.ConnectParams{
-				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+				Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 				MinConnectTimeout: 2 * time.Second,
 			}))
 	}
@@ -396,7 +396,7 @@ func (bs *backends) start(addr string) (*backend, error) {
 // drains or its connection breaks (the stream fails with the connection).
 func (bs *backends) watchHealth(ctx context.Context, b *backend) {
 	hc := healthpb.NewHealthClient(b.cc)
-	back := etcdwatch.NewBackoff(20*time.Millisecond, time.Second)
+	back := backoff.New(20*time.Millisecond, time.Second)
 	service := verifyv1.VerifyService_ServiceDesc.ServiceName
 	for ctx.Err() == nil {
 		stream, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{Service: service}, grpc.WaitForReady(true))

@@ -106,8 +106,9 @@ type Config struct {
 	// Logger receives operational logs; nil means slog.Default(). Nothing
 	// is logged per request.
 	Logger *slog.Logger
-	// Registry receives the gateway's metrics; nil means a new private
-	// registry. Never the global default registry.
+	// Registry receives the gateway's metrics and is what its /metrics
+	// serves (hence a Registry, which gathers, not a Registerer); nil means a
+	// new private registry. Never the global default registry.
 	Registry *prometheus.Registry
 }
 

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
-	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/callmeta"
+	"github.com/leveehq/levee/pkg/ledger"
 )
 
 // The README's promise: with no verifier serving, a call is UNAVAILABLE and
@@ -47,7 +47,7 @@ func TestFailedPreconditionNeitherRetriedNorTripsTheBreaker(t *testing.T) {
 	v1, v2 := startVerifier(t, nil), startVerifier(t, nil)
 	cfg := gatewayConfig(v1.addr, v2.addr)
 	cfg.Breaker.MinRequests = 5
-	bs := startBudget(t, budgetd.Settings{Ratio: 1, Burst: 100, MinPerSecond: 100})
+	bs := startBudget(t, ledger.Settings{Ratio: 1, Burst: 100, MinPerSecond: 100})
 	cfg.BudgetTarget = bs.Addr()
 	gw := startGateway(t, cfg)
 	gw.waitServing(t, 2)

@@ -15,7 +15,7 @@ import (
 	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
-	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
+	"github.com/leveehq/levee/internal/etcdtest"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/verifier"
 )
@@ -283,7 +283,7 @@ func TestRefusalCarriesJitteredPushback(t *testing.T) {
 // killed mid-load: only the calls in flight on it are lost, and the gateway
 // stops routing to it within a second.
 func TestFleetThroughEtcd(t *testing.T) {
-	endpoints := budgetdtest.StartEtcd(t)
+	endpoints := etcdtest.StartEtcd(t)
 	registered := func(c *verifier.Config) {
 		c.EtcdEndpoints = endpoints
 		c.RegistryTTL = 2 * time.Second

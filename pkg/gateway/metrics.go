@@ -37,22 +37,34 @@ const (
 	nAttempts   = 2 // first, retry
 )
 
-var (
-	priorityNames = [nPriorities]string{"unspecified", "critical", "interactive", "batch"}
-	attemptNames  = [nAttempts]string{"first", "retry"}
-)
+// attemptNames are the attempt class label's values, in the order of the
+// second index of the per-class arrays; the priority label's values are
+// callmeta.Priority's String, indexed by the priority.
+var attemptNames = [nAttempts]string{callmeta.FirstAttempt, callmeta.RetryAttempt}
 
-// classIndex maps request facts to the label arrays: a bounded, allocation
-// free lookup instead of WithLabelValues on the request path.
-func classIndex(f callmeta.Facts) (p, a int) {
-	p = int(f.Priority)
-	if p >= nPriorities {
-		p = 0
+// classMetrics are the counters of one class of calls (priority × attempt
+// class), prepared at start: a call looks its own up once (newCall) instead
+// of calling WithLabelValues on the request path.
+type classMetrics struct {
+	admitted prometheus.Counter
+	goodput  prometheus.Counter
+	late     prometheus.Counter
+	failed   prometheus.Counter
+	refused  [nReasons]prometheus.Counter // by reason index
+}
+
+// forClass returns the counters of the class of calls with priority p,
+// first attempts or retries; a priority outside the enumeration counts as
+// unspecified.
+func (m *metrics) forClass(p callmeta.Priority, retry bool) *classMetrics {
+	pi, ai := int(p), 0
+	if pi >= nPriorities {
+		pi = 0
 	}
-	if f.Attempt > 1 {
-		a = 1
+	if retry {
+		ai = 1
 	}
-	return p, a
+	return &m.class[pi][ai]
 }
 
 // maxVerifierLabels bounds the per-verifier series; verifiers beyond it are
@@ -60,12 +72,8 @@ func classIndex(f callmeta.Facts) (p, a int) {
 const maxVerifierLabels = 64
 
 type metrics struct {
-	admitted [nPriorities][nAttempts]prometheus.Counter
-	refused  [nPriorities][nAttempts][nReasons]prometheus.Counter
-	goodput  [nPriorities][nAttempts]prometheus.Counter
-	late     [nPriorities][nAttempts]prometheus.Counter
-	failed   [nPriorities][nAttempts]prometheus.Counter
-	invalid  prometheus.Counter
+	class   [nPriorities][nAttempts]classMetrics
+	invalid prometheus.Counter
 
 	fleetRetries   prometheus.Counter
 	fleetNoBudget  prometheus.Counter
@@ -181,13 +189,14 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 	}
 	for p := range nPriorities {
 		for a := range nAttempts {
-			lp, la := priorityNames[p], attemptNames[a]
-			m.admitted[p][a] = admitted.WithLabelValues(lp, la)
-			m.goodput[p][a] = goodput.WithLabelValues(lp, la)
-			m.late[p][a] = late.WithLabelValues(lp, la)
-			m.failed[p][a] = failed.WithLabelValues(lp, la)
+			lp, la := callmeta.Priority(p).String(), attemptNames[a]
+			c := &m.class[p][a]
+			c.admitted = admitted.WithLabelValues(lp, la)
+			c.goodput = goodput.WithLabelValues(lp, la)
+			c.late = late.WithLabelValues(lp, la)
+			c.failed = failed.WithLabelValues(lp, la)
 			for r := range nReasons {
-				m.refused[p][a][r] = refused.WithLabelValues(lp, la, reasons[r])
+				c.refused[r] = refused.WithLabelValues(lp, la, reasons[r])
 			}
 		}
 	}
@@ -222,12 +231,6 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 		}, func() float64 { return float64(len(g.backends.list())) }),
 	)
 	return m
-}
-
-// refuse counts one edge refusal.
-func (m *metrics) refuse(f callmeta.Facts, reason int) {
-	p, a := classIndex(f)
-	m.refused[p][a][reason].Inc()
 }
 
 // observeVerifiers refreshes the per-verifier gauges (on each scrape tick of

@@ -14,6 +14,7 @@ import (
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/pkg/callmeta"
+	"github.com/leveehq/levee/pkg/verifier"
 )
 
 // openLoop sends calls at rate per second for d, each in its own goroutine
@@ -64,15 +65,32 @@ func capacityOf(t *testing.T, gw *testGateway, stored string, workers int) float
 // With the verifiers saturated and offered load at 3× and 10× their
 // capacity, the gateway refuses the excess at once, admitted calls are
 // answered within their deadline but for a few overruns (counted and
-// bounded), and priorities hold: no critical call is shed while most of the
-// rest is. Everything is asserted by counting.
+// bounded), and priorities hold: critical calls keep ≥ 99 % while most of
+// the rest is shed. Everything is asserted by counting.
 func TestOverloadShedsByPriority(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test; runs in the full suite")
 	}
-	v1, v2 := startVerifier(t, nil), startVerifier(t, nil)
-	cfg := gatewayConfig(v1.addr, v2.addr)
-	// No queue at the verifiers: each hash below holds its worker 60× its
+	// Four verifiers of one worker each (the capacity of two of two), so
+	// that each keeps its own extra slot for a critical first attempt.
+	var vs []*testVerifier
+	var addrs []string
+	for range 4 {
+		v := startVerifier(t, func(c *verifier.Config) { c.Workers = 1 })
+		vs = append(vs, v)
+		addrs = append(addrs, v.addr)
+	}
+	cfg := gatewayConfig(addrs...)
+	// "Critical keeps ≥ 99 %" is a claim about a proportion: telling 99 %
+	// from 93 % takes a couple of hundred critical calls, not a dozen. So
+	// critical traffic is a sizeable share of capacity (criticalShare
+	// below), and the limiter reserves half the limit for it rather than
+	// the default fifth (batch's share lowered to keep the shedding order
+	// valid): what is tested is that the reserve holds, at a size that
+	// sends enough critical calls in seconds.
+	cfg.Admission.CriticalReserve = 0.5
+	cfg.Admission.BatchShare = 0.25
+	// No queue at the verifiers: each hash below holds its worker 40× its
 	// CPU time, and the load generator shares the CPU in this very
 	// process, so a CPU hiccup of a few milliseconds becomes a hash of a
 	// second, and calls queued behind it would wait out their deadline.
@@ -80,12 +98,19 @@ func TestOverloadShedsByPriority(t *testing.T) {
 	// measured by the lab, without the knob's amplification (docs/lab.md).
 	cfg.VerifierQueueDelay = 0
 	gw := startGateway(t, cfg)
-	gw.waitServing(t, 2)
-	// Each hash holds its worker for ~60× its CPU time: the verifiers are
+	gw.waitServing(t, len(vs))
+	// Each hash holds its worker for ~40× its CPU time: the verifiers are
 	// slow in wall time but leave the CPU to the load and the gateway.
-	v1.slow(t, 60)
-	v2.slow(t, 60)
+	for _, v := range vs {
+		v.slow(t, 40)
+	}
 	stored := storedHash("pw", 512, 1)
+	hashes := func() (n float64) {
+		for _, v := range vs {
+			n += v.metric(t, "levee_verifier_hashes_total", nil)
+		}
+		return n
+	}
 
 	capacity := capacityOf(t, gw, stored, 4)
 	t.Logf("capacity: %.0f verifications/s (4 workers), limit %d", capacity, gw.g.limiter.Limit())
@@ -93,14 +118,30 @@ func TestOverloadShedsByPriority(t *testing.T) {
 		t.Fatalf("capacity %.1f/s is too low to test against", capacity)
 	}
 
-	const clientTimeout = 2 * time.Second
+	const (
+		clientTimeout = 2 * time.Second
+		// Critical traffic is this share of capacity whatever the load,
+		// within the half of the limit reserved for it.
+		criticalShare = 0.3
+		// Each load lasts long enough to send this many critical calls
+		// (at least 4 s): about 6 s each on an idle two-core machine, up to
+		// 37 s on a machine slow enough to bring capacity down to 10/s. The
+		// count, not the time, is what the 99 % claim needs.
+		criticalPerLoad = 110
+		// The two loads together must send this many: below it, ≤ 1 %
+		// shed could not be told from 7 %.
+		minCritical = 200
+	)
+	perLoad := time.Duration(criticalPerLoad / (criticalShare * capacity) * float64(time.Second))
+	perLoad = max(perLoad, 4*time.Second)
 	lateHashes := 0 // admitted calls that overran their deadline, over both loads
+	var criticalSent, criticalShed int
 	for _, mult := range []float64{3, 10} {
 		t.Run(fmt.Sprintf("%.0fx", mult), func(t *testing.T) {
 			rate := mult * capacity
-			// Critical traffic is a tenth of capacity whatever the load;
-			// the rest is 2/3 interactive, 1/3 batch.
-			criticalEvery := int(mult * 10)
+			// Critical traffic is criticalShare of capacity; the rest is
+			// 2/3 interactive, 1/3 batch.
+			criticalEvery := int(mult / criticalShare)
 			pick := func(i int) callmeta.Priority {
 				switch {
 				case i%criticalEvery == 0:
@@ -110,13 +151,13 @@ func TestOverloadShedsByPriority(t *testing.T) {
 				}
 				return callmeta.Interactive
 			}
-			hashesBefore := v1.metric(t, "levee_verifier_hashes_total", nil) + v2.metric(t, "levee_verifier_hashes_total", nil)
+			hashesBefore := hashes()
 			admittedBefore := gw.metric(t, "levee_gateway_admitted_total", nil)
 			var sent, ok, shed, otherErr tally
 			var slowRefusals, lateAnswers atomic.Int64
 			var errMu sync.Mutex
 			var firstOther string
-			n := openLoop(rate, 4*time.Second, pick, func(i int, p callmeta.Priority) {
+			n := openLoop(rate, perLoad, pick, func(i int, p callmeta.Priority) {
 				ctx, cancel := context.WithTimeout(callmeta.AppendOutgoing(context.Background(),
 					callmeta.Facts{Priority: p, Attempt: 1}), clientTimeout)
 				defer cancel()
@@ -152,11 +193,11 @@ func TestOverloadShedsByPriority(t *testing.T) {
 			}
 			t.Logf("offered %.0f/s, %d calls; shed %.1f%%; limit now %d", rate, n, 100*float64(totalShed)/float64(total), gw.g.limiter.Limit())
 
-			// Critical calls are never shed; like any admitted call one may
-			// overrun its deadline (counted with the overruns below).
-			if got := sent.get("critical"); got == 0 || shed.get("critical") != 0 {
-				t.Errorf("critical: %d of %d shed, want none", shed.get("critical"), got)
-			}
+			// Critical calls are counted here and judged over both loads
+			// below; like any admitted call one may overrun its deadline
+			// (counted with the overruns below).
+			criticalSent += sent.get("critical")
+			criticalShed += shed.get("critical")
 			if mult >= 10 && float64(totalShed) < 0.7*float64(total) {
 				t.Errorf("shed %d of %d, want ≥ 70%% at %.0fx", totalShed, total, mult)
 			}
@@ -194,20 +235,32 @@ func TestOverloadShedsByPriority(t *testing.T) {
 			// Every admitted call reached a verifier and was hashed there at
 			// most once, and was answered but for the overruns above; the
 			// refused never reached one.
-			hashes := v1.metric(t, "levee_verifier_hashes_total", nil) + v2.metric(t, "levee_verifier_hashes_total", nil) - hashesBefore
+			hashed := hashes() - hashesBefore
 			var answered int
 			for _, c := range ok.snapshot() {
 				answered += c
 			}
-			if hashes > admitted || float64(answered) < admitted-float64(others) {
+			if hashed > admitted || float64(answered) < admitted-float64(others) {
 				t.Errorf("admitted %v, hashed %v, answered %d (%d overran): want answered + overruns ≥ admitted ≥ hashed",
-					admitted, hashes, answered, others)
+					admitted, hashed, answered, others)
 			}
 			lateHashes += others
 		})
 	}
+	// Critical keeps ≥ 99 %: at most one critical call in a hundred shed at
+	// the edge, over a sample in which 7 % shed (about 15 calls) could not
+	// pass but by a chance of about 1 in 10⁴.
+	if criticalSent < minCritical {
+		t.Errorf("only %d critical calls sent (capacity %.0f/s, %v per load), want ≥ %d to judge 99 %%",
+			criticalSent, capacity, perLoad, minCritical)
+	}
+	if criticalShed > criticalSent/100 {
+		t.Errorf("critical: %d of %d shed, want ≤ %d (≥ 99 %% kept)", criticalShed, criticalSent, criticalSent/100)
+	}
+	t.Logf("critical: %d of %d shed over both loads", criticalShed, criticalSent)
+
 	var late float64
-	for _, v := range []*testVerifier{v1, v2} {
+	for _, v := range vs {
 		late += v.metric(t, "levee_verifier_late_total", nil)
 	}
 	if late > float64(lateHashes) {

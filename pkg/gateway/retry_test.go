@@ -13,12 +13,12 @@ import (
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/pkg/budget"
 	"github.com/leveehq/levee/pkg/budget/budgettest"
-	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/callmeta"
+	"github.com/leveehq/levee/pkg/ledger"
 	"github.com/leveehq/levee/pkg/verifier"
 )
 
-func startBudget(t *testing.T, st budgetd.Settings) *budgettest.Server {
+func startBudget(t *testing.T, st ledger.Settings) *budgettest.Server {
 	t.Helper()
 	srv := budgettest.NewServer(budgettest.Config{Settings: st})
 	if _, err := srv.Start(); err != nil {
@@ -47,10 +47,10 @@ func TestRetryOnAnotherVerifierWithBudget(t *testing.T) {
 			cfg.VerifierQueueDelay = time.Minute
 			switch mode {
 			case "budget":
-				bs := startBudget(t, budgetd.Settings{Ratio: 1, Burst: 100, MinPerSecond: 100})
+				bs := startBudget(t, ledger.Settings{Ratio: 1, Burst: 100, MinPerSecond: 100})
 				cfg.BudgetTarget = bs.Addr()
 			case "spent budget": // a fleet budget that never earns a token
-				bs := startBudget(t, budgetd.Settings{Ratio: 1e-6}) // the zero Settings are the defaults
+				bs := startBudget(t, ledger.Settings{Ratio: 1e-6}) // the zero Settings are the defaults
 				cfg.BudgetTarget = bs.Addr()
 			}
 			gw := startGateway(t, cfg)
@@ -134,7 +134,7 @@ func TestVerifierOverloadNotRetried(t *testing.T) {
 	one := func(c *verifier.Config) { c.Workers, c.QueueCapacity = 1, 1 }
 	v1, v2 := startVerifier(t, one), startVerifier(t, one)
 	cfg := gatewayConfig(v1.addr, v2.addr)
-	bs := startBudget(t, budgetd.Settings{Ratio: 1, Burst: 100, MinPerSecond: 100})
+	bs := startBudget(t, ledger.Settings{Ratio: 1, Burst: 100, MinPerSecond: 100})
 	cfg.BudgetTarget = bs.Addr()
 	cfg.Admission.InitialLimit, cfg.Admission.Ceiling = 50, 50
 	cfg.VerifierQueueDelay = time.Minute // let calls reach the verifiers' own queues
@@ -184,7 +184,7 @@ func TestOneLayerRetries(t *testing.T) {
 	v1, v2 := startVerifier(t, nil), startVerifier(t, nil)
 	cfg := gatewayConfig(v1.addr, v2.addr)
 	cfg.Breaker.MinRequests = 1 << 20 // breakers are not under test
-	bs := startBudget(t, budgetd.Settings{Ratio: 1, Burst: 100, MinPerSecond: 100})
+	bs := startBudget(t, ledger.Settings{Ratio: 1, Burst: 100, MinPerSecond: 100})
 	cfg.BudgetTarget = bs.Addr()
 	gw := startGateway(t, cfg)
 	gw.waitServing(t, 2)

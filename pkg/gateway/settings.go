@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leveehq/levee/internal/strictjson"
 )
 
 // MaxSettingsSize bounds the runtime settings value read from etcd.
@@ -67,38 +68,15 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// ParseSettings reads runtime settings as stored in etcd and checks every
+// ParseSettings reads runtime settings as stored in etcd (at most
+// MaxSettingsSize bytes, names exact, no unknown field) and checks every
 // field's range. The error names the field and the problem.
 func ParseSettings(data []byte) (Settings, error) {
 	var s Settings
-	if len(data) > MaxSettingsSize {
-		return s, fmt.Errorf("settings are %d bytes, more than the %d allowed", len(data), MaxSettingsSize)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
-		return Settings{}, settingsJSONError(err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Settings{}, errors.New("invalid JSON: data after the object")
+	if err := strictjson.Decode(data, &s, MaxSettingsSize); err != nil {
+		return Settings{}, err
 	}
 	return s, s.Validate()
-}
-
-func settingsJSONError(err error) error {
-	var syntax *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syntax):
-		return fmt.Errorf("invalid JSON at byte %d: %v", syntax.Offset, syntax)
-	case errors.As(err, &typ):
-		return fmt.Errorf("invalid JSON: %s must be a %s, got %s", typ.Field, typ.Type, typ.Value)
-	case errors.Is(err, io.EOF):
-		return errors.New("invalid JSON: empty value")
-	case strings.HasPrefix(err.Error(), "json: unknown field"):
-		return fmt.Errorf("unknown field %s (see gateway.Settings for the names)", strings.TrimPrefix(err.Error(), "json: unknown field "))
-	}
-	return fmt.Errorf("invalid JSON: %v", err)
 }
 
 // Validate checks every present field's range.

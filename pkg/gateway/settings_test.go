@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
-	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
+	"github.com/leveehq/levee/internal/etcdtest"
 	"github.com/leveehq/levee/pkg/callmeta"
 )
 
@@ -29,7 +29,7 @@ func etcdClient(t *testing.T, endpoints []string) *clientv3.Client {
 // a running gateway; a malformed value is rejected and the last good
 // settings stay; deleting the key restores the configured values.
 func TestSettingsFromEtcd(t *testing.T) {
-	endpoints := budgetdtest.StartEtcd(t)
+	endpoints := etcdtest.StartEtcd(t)
 	cli := etcdClient(t, endpoints)
 	v := startVerifier(t, nil)
 	cfg := gatewayConfig(v.addr)
@@ -132,18 +132,19 @@ func TestParseSettings(t *testing.T) {
 		``:                                 "empty",
 		`[]`:                               "invalid JSON",
 		`{"clamp": -1}`:                    "clamp must be in",
-		`{"clamp": 1.5}`:                   "clamp must be a int",
+		`{"clamp": 1.5}`:                   "clamp must be an integer",
 		`{"ceiling": 0}`:                   "ceiling must be in",
 		`{"critical_reserve": 1.5}`:        "critical_reserve must be in",
 		`{"batch_share": 0}`:               "batch_share must be in (0, 1]",
 		`{"client_timeout": "soon"}`:       "duration string",
 		`{"client_timeout": "-1s"}`:        "client_timeout must be in",
 		`{"breaker_open_for": 5}`:          "duration string",
-		`{"typo": 1}`:                      `unknown field "typo"`,
+		`{"typo": 1}`:                      `unknown field(s) "typo"`,
+		`{"Clamp": 1}`:                     `unknown field(s) "Clamp"`, // names are exact
 		`{"clamp": 1} {"clamp": 2}`:        "data after the object",
 		`{"breaker_min_requests": 0}`:      "breaker_min_requests must be in",
 		`{"breaker_failure_rate": 1.01}`:   "breaker_failure_rate must be in",
-		`{"autopilot": "yes"}`:             "autopilot must be a bool",
+		`{"autopilot": "yes"}`:             "autopilot must be true or false",
 		strings.Repeat(" ", 17<<10) + "{}": "more than the",
 	}
 	for in, want := range bad {

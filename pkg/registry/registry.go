@@ -23,7 +23,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -32,10 +31,13 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/naming/endpoints"
+
+	"github.com/leveehq/levee/internal/backoff"
 )
 
-// retryMin is the first wait before registering again; waits double up to
-// the TTL, so a node is back within about a TTL of etcd's return.
+// retryMin is the first ceiling of the wait before registering again (full
+// jitter below it, internal/backoff); ceilings double up to the TTL, so a
+// node is back within about a TTL of etcd's return.
 const retryMin = 250 * time.Millisecond
 
 // errClosed is the cause the loop's context ends with when Close stops it,
@@ -121,7 +123,7 @@ func Register(ctx context.Context, cfg Config) (*Registration, error) {
 		} else {
 			r.log.Debug("etcd registration failed; retrying", "err", err, "attempt", attempt+1)
 		}
-		if !sleep(rctx, backoff(attempt, r.ttl)) {
+		if !backoff.Sleep(rctx, backoff.Full(attempt+1, retryMin, r.ttl)) {
 			stop(errClosed)
 			why := ctx.Err()
 			if why == nil {
@@ -235,7 +237,7 @@ func (r *Registration) run(ctx context.Context, ka <-chan *clientv3.LeaseKeepAli
 				break
 			}
 			r.log.Debug("etcd registration failed; retrying", "err", err, "attempt", attempt+1)
-			if !sleep(ctx, backoff(attempt, r.ttl)) {
+			if !backoff.Sleep(ctx, backoff.Full(attempt+1, retryMin, r.ttl)) {
 				break
 			}
 		}
@@ -269,29 +271,6 @@ func (r *Registration) currentLease() clientv3.LeaseID {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.lease
-}
-
-// backoff is the wait before retry attempt+1: retryMin doubling up to ceiling,
-// jittered into [d/2, d) so that a fleet that lost etcd together does not
-// come back in step.
-func backoff(attempt int, ceiling time.Duration) time.Duration {
-	d := ceiling
-	if attempt < 16 {
-		d = min(retryMin<<attempt, ceiling)
-	}
-	return d/2 + rand.N(d/2)
-}
-
-// sleep waits d; false if ctx ends first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // leaseHex formats a lease ID as etcdctl shows it.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -21,8 +20,9 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/leveehq/levee/internal/etcdtest"
+	"github.com/leveehq/levee/internal/grpctest"
 	"github.com/leveehq/levee/internal/testlock"
-	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
 	"github.com/leveehq/levee/pkg/registry"
 )
 
@@ -104,7 +104,7 @@ func TestValidate(t *testing.T) {
 // dialing through etcd's naming resolver; Close removes it at once (the
 // lease is far from expiring) and revokes the lease.
 func TestRegisterResolveClose(t *testing.T) {
-	eps := budgetdtest.StartEtcd(t)
+	eps := etcdtest.StartEtcd(t)
 	cli := newClient(t, eps)
 	w := watch(t, cli, registry.DefaultTarget)
 	addr := serveHealth(t)
@@ -172,7 +172,7 @@ func TestRegisterResolveClose(t *testing.T) {
 // A process that dies without Close (its etcd client gone, so no more
 // keep-alives) stays registered until its lease expires, then disappears.
 func TestDeadProcessExpires(t *testing.T) {
-	eps := budgetdtest.StartEtcd(t)
+	eps := etcdtest.StartEtcd(t)
 	observer := newClient(t, eps)
 	w := watch(t, observer, registry.DefaultTarget)
 
@@ -211,7 +211,7 @@ func TestDeadProcessExpires(t *testing.T) {
 // notices, grants a new lease and adds the key again, logging WARN once and
 // INFO once.
 func TestReregisterAfterRevoke(t *testing.T) {
-	eps := budgetdtest.StartEtcd(t)
+	eps := etcdtest.StartEtcd(t)
 	cli := newClient(t, eps)
 	operator := newClient(t, eps)
 	w := watch(t, operator, registry.DefaultTarget)
@@ -245,7 +245,7 @@ func TestReregisterAfterRevoke(t *testing.T) {
 // once etcd is back and expires it); the registration comes back by itself
 // and stays.
 func TestEtcdOutage(t *testing.T) {
-	etcd := budgetdtest.NewEtcd(t)
+	etcd := etcdtest.NewEtcd(t)
 	cli := newClient(t, etcd.Endpoints())
 	logs := &recorder{t: t}
 	reg := register(t, registry.Config{
@@ -276,7 +276,7 @@ func TestEtcdOutage(t *testing.T) {
 // With etcd unreachable, Register retries until its ctx ends, logs the
 // failure once, and leaves nothing running (goleak checks).
 func TestRegisterGivesUpWithContext(t *testing.T) {
-	etcd := budgetdtest.NewEtcd(t)
+	etcd := etcdtest.NewEtcd(t)
 	cli := newClient(t, etcd.Endpoints())
 	etcd.Stop()
 	logs := &recorder{t: t}
@@ -300,7 +300,7 @@ func TestRegisterGivesUpWithContext(t *testing.T) {
 // Close deletes the key only while it is under its own lease: a newer
 // registration of the same address (a restarted process) keeps it.
 func TestCloseSparesNewerRegistration(t *testing.T) {
-	eps := budgetdtest.StartEtcd(t)
+	eps := etcdtest.StartEtcd(t)
 	oldCli, newCli := newClient(t, eps), newClient(t, eps)
 	cfg := registry.Config{Target: registry.DefaultTarget, Addr: "10.0.0.7:7701", TTL: testTTL, Logger: slog.New(&recorder{t: t})}
 	cfg.Client = oldCli
@@ -350,22 +350,7 @@ func register(t *testing.T, cfg registry.Config) *registry.Registration {
 // ends and returns the address.
 func serveHealth(t *testing.T) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
-	return lis.Addr().String()
+	return grpctest.Serve(t, func(s *grpc.Server) { healthpb.RegisterHealthServer(s, health.NewServer()) })
 }
 
 func list(t *testing.T, cli *clientv3.Client, target string) endpoints.Key2EndpointMap {

@@ -24,7 +24,8 @@ type CapacityConfig struct {
 	// calls still are).
 	Fixed float64
 	// Callers closed-loop callers keep the fleet saturated for Measure,
-	// after Warmup; each sends one attempt at a time with Deadline, and
+	// after Warmup; each sends one attempt at a time with Deadline (or
+	// twice Callers unloaded p99s, if longer: loadedDeadline), and
 	// waits Pause after a refusal (so that refusals do not take the CPU the
 	// fleet needs), or one unloaded median when Pause is zero.
 	Callers         int
@@ -99,11 +100,7 @@ func measureUnloaded(ctx context.Context, rpc verifyv1.VerifyServiceClient, q re
 	}
 	took := make([]time.Duration, 0, n)
 	for i := range n + n/10 {
-		actx, cancel := context.WithTimeout(ctx, deadline)
-		began := time.Now()
-		_, err := rpc.Verify(actx, q.verify())
-		d := time.Since(began)
-		cancel()
+		d, err := timedVerify(ctx, rpc, q, deadline)
 		if err != nil {
 			return 0, 0, fmt.Errorf("storm: unloaded call %d of %d: %w", i+1, n+n/10, err)
 		}
@@ -114,6 +111,16 @@ func measureUnloaded(ctx context.Context, rpc verifyv1.VerifyServiceClient, q re
 	slices.Sort(took)
 	at := func(q float64) time.Duration { return took[min(len(took)-1, int(math.Ceil(q*float64(len(took))))-1)] }
 	return at(0.5), at(0.99), nil
+}
+
+// timedVerify sends one call of q under deadline and returns how long its
+// answer took.
+func timedVerify(ctx context.Context, rpc verifyv1.VerifyServiceClient, q request, deadline time.Duration) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	began := time.Now()
+	_, err := rpc.Verify(ctx, q.verify())
+	return time.Since(began), err
 }
 
 // measureCapacity saturates the fleet at target with closed-loop callers
@@ -140,6 +147,7 @@ func measureCapacity(parent context.Context, target string, id *mtls.Source, q r
 	if pause == 0 {
 		pause = max(res.UnloadedP50, time.Millisecond)
 	}
+	deadline := c.loadedDeadline(res)
 	var counting atomic.Bool
 	var ok, failed atomic.Int64
 	var firstErr atomic.Value
@@ -150,7 +158,7 @@ func measureCapacity(parent context.Context, target string, id *mtls.Source, q r
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				actx, acancel := context.WithTimeout(ctx, c.Deadline)
+				actx, acancel := context.WithTimeout(ctx, deadline)
 				_, err := rpc.Verify(actx, q.verify())
 				acancel()
 				switch {
@@ -175,20 +183,10 @@ func measureCapacity(parent context.Context, target string, id *mtls.Source, q r
 			}
 		}()
 	}
-	sleep := func(d time.Duration) bool {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
-		}
-	}
-	sleep(c.Warmup)
+	_ = sleepCtx(ctx, c.Warmup) // a cancelled ctx ends the measurement below
 	counting.Store(true)
 	began := time.Now()
-	sleep(c.Measure)
+	_ = sleepCtx(ctx, c.Measure)
 	counting.Store(false)
 	took := time.Since(began)
 	cancel()
@@ -201,5 +199,64 @@ func measureCapacity(parent context.Context, target string, id *mtls.Source, q r
 		return Capacity{}, fmt.Errorf("storm: capacity: no verification succeeded in %v (%d failed; first: %v)", took.Round(time.Millisecond), failed.Load(), e)
 	}
 	res.PerSecond = float64(ok.Load()) / took.Seconds()
+	if err := awaitDrained(parent, rpc, q, res, c); err != nil {
+		return Capacity{}, err
+	}
 	return res, nil
+}
+
+// loadedDeadline is the deadline of the closed loop's calls: Deadline, or
+// longer when Callers calls queued on one worker would take longer than
+// that. A plain server queues every call, and with a long hash (64 callers
+// of 150 ms on two workers: 4.8 s) calls timing out in its queue would
+// read its C low (9/s where it serves 13) and hash the abandoned calls
+// anyway; Levee refuses what its queue cannot hold in time, so a longer
+// deadline changes nothing there. Twice the queue's time, because exactly
+// once is the last caller's whole wait with nothing to spare: scheduling
+// jitter then timed calls out (a 50 ms worker read 13.5/s for 20).
+func (c CapacityConfig) loadedDeadline(res Capacity) time.Duration {
+	return max(c.Deadline, 2*time.Duration(c.Callers)*res.UnloadedP99)
+}
+
+// drainedStreak is how many lone calls in a row must come back as fast as
+// unloaded ones for a fleet to count as drained: more than one, so that
+// every verifier of a small fleet is likely to have answered one.
+const drainedStreak = 3
+
+// awaitDrained returns once the fleet has no work left from the closed
+// loop. The measurement ends by cancelling up to Callers calls, and a plain
+// server hashes each of them anyway: with a 150 ms hash and 64 callers that
+// is seconds of backlog, and a naive client arriving into it times out,
+// retries, and starts the experiment in the congested state it is meant to
+// look for. A fleet is drained when drainedStreak calls, sent one at a
+// time, each come back within the unloaded p99 plus one unloaded median.
+// It waits at most as long as the measurement took, plus a deadline, plus
+// one worker's time to hash twice the callers' calls (calls that timed out
+// in a queue were sent again); without unloaded figures to judge by it
+// does not wait.
+func awaitDrained(parent context.Context, rpc verifyv1.VerifyServiceClient, q request, res Capacity, c CapacityConfig) error {
+	if res.UnloadedP99 <= 0 {
+		return nil
+	}
+	fast := res.UnloadedP99 + res.UnloadedP50
+	bound := c.Warmup + c.Measure + c.loadedDeadline(res) + 2*time.Duration(c.Callers)*res.UnloadedP99
+	ctx, cancel := context.WithTimeout(parent, bound)
+	defer cancel()
+	streak, slowest := 0, time.Duration(0)
+	for streak < drainedStreak {
+		took, err := timedVerify(ctx, rpc, q, c.Deadline)
+		if err == nil && took <= fast {
+			streak++
+			continue
+		}
+		streak, slowest = 0, max(slowest, took)
+		if sleepCtx(ctx, res.UnloadedP50) != nil {
+			if err := parent.Err(); err != nil {
+				return err
+			}
+			return fmt.Errorf("storm: capacity: the fleet had not drained the measurement's calls %v after it: lone calls took up to %v, want ≤ %v",
+				bound, slowest.Round(time.Millisecond), fast.Round(time.Millisecond))
+		}
+	}
+	return nil
 }

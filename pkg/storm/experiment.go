@@ -110,6 +110,10 @@ type Result struct {
 	// Trig's first second by however long that took (a loaded Docker
 	// takes seconds). Zero without a trigger.
 	Applied time.Duration
+	// Lifted is when the trigger's undo had been delivered, since the
+	// start; Trig ends in the second it did, if that is later than
+	// scheduled. Zero without a trigger.
+	Lifted time.Duration
 }
 
 // newRequest makes the lab's stored hash: a fresh Argon2id hash of a fixed
@@ -194,7 +198,7 @@ func runExperiment(ctx context.Context, f *Fleet, clients Clients, q request, ca
 	}()
 
 	var trigErr error
-	var applied time.Duration
+	var applied, lifted time.Duration
 	if e.Trigger.Kind != None {
 		wg.Add(1)
 		go func() { // the trigger, on schedule, always undone
@@ -226,6 +230,7 @@ func runExperiment(ctx context.Context, f *Fleet, clients Clients, q request, ca
 				trigErr = fmt.Errorf("storm: undoing the trigger: %w", err)
 				cancel()
 			}
+			lifted = time.Since(start)
 			log.Info("trigger off", "fleet", f.Name)
 		}()
 	}
@@ -244,8 +249,29 @@ func runExperiment(ctx context.Context, f *Fleet, clients Clients, q request, ca
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// The trigger lasted until its undo was delivered (a loaded Docker
+	// takes seconds to unpause or restart), and no fleet can recover before
+	// that: the trigger's span runs to the second the undo completed in,
+	// and recovery is counted from there.
+	if t, o := untilLifted(trig, obs, lifted); t != trig {
+		for i := trig.to; i < t.to; i++ {
+			s.setPhase(i, "trigger")
+		}
+		trig, obs = t, o
+	}
 	afterWindow := int(e.AfterWindow / time.Second)
-	res := &Result{Fleet: f.Name, Experiment: e, Capacity: capacity, Series: s, Base: base, Trig: trig, Obs: obs, Applied: applied}
+	res := &Result{Fleet: f.Name, Experiment: e, Capacity: capacity, Series: s, Base: base, Trig: trig, Obs: obs,
+		Applied: applied, Lifted: lifted}
 	res.Verdict = judge(s, base, trig, obs, afterWindow)
 	return res, nil
+}
+
+// untilLifted extends the trigger's span trig to the second its undo was
+// delivered in (lifted, since the start), and starts the watch obs there,
+// when that is later than scheduled and still inside the watch.
+func untilLifted(trig, obs window, lifted time.Duration) (window, window) {
+	if l := int(lifted / time.Second); l > trig.to && l < obs.to {
+		trig.to, obs.from = l, l
+	}
+	return trig, obs
 }

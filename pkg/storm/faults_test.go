@@ -29,6 +29,9 @@ func TestFaultSuiteOnCompose(t *testing.T) {
 		t.Skip("builds the images and runs the compose fleet through seven faults for about six minutes")
 	}
 	if _, err := exec.LookPath("docker"); err != nil {
+		if os.Getenv("LEVEE_REQUIRE_DOCKER") != "" {
+			t.Fatalf("LEVEE_REQUIRE_DOCKER is set (CI) but docker is not installed: %v", err)
+		}
 		t.Skip("docker is not installed: the fault suite runs on the compose fleet")
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)

@@ -11,8 +11,8 @@ import (
 
 	"github.com/leveehq/levee/pkg/admission"
 	"github.com/leveehq/levee/pkg/breaker"
-	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/callmeta"
+	"github.com/leveehq/levee/pkg/ledger"
 )
 
 // BudgetMode is how the simulated clients fund their retries.
@@ -109,7 +109,7 @@ func (c SimConfig) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("sim: unknown budget %q (want none, process or fleet)", c.Budget))
 	}
-	if err := (budgetd.Settings{Ratio: c.Ratio, Burst: c.Burst, MinPerSecond: c.MinPerSecond}).Validate(); err != nil {
+	if err := (ledger.Settings{Ratio: c.Ratio, Burst: c.Burst, MinPerSecond: c.MinPerSecond}).Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("sim: budget: %w", err))
 	}
 	if c.Processes < 1 || c.Processes > 100000 || c.Attempts < 1 || c.Attempts > callmeta.MaxAttempt || c.Timeout <= 0 {
@@ -218,7 +218,7 @@ type sim struct {
 	rr        int
 
 	procs  []*simProc
-	ledger *budgetd.Ledger
+	ledger *ledger.Ledger
 
 	// Per-second extras, written into the series' scraped columns.
 	wasted, queued, tokens float64
@@ -304,7 +304,7 @@ func newSim(c SimConfig) (*sim, error) {
 		s.procs = append(s.procs, &simProc{id: "p" + strconv.Itoa(i), tokens: c.Burst, last: start})
 	}
 	if c.Budget == FleetBudget {
-		s.ledger = budgetd.NewLedger(budgetd.Settings{Ratio: c.Ratio, Burst: c.Burst, MinPerSecond: c.MinPerSecond}, c.leaseFor, start)
+		s.ledger = ledger.NewLedger(ledger.Settings{Ratio: c.Ratio, Burst: c.Burst, MinPerSecond: c.MinPerSecond}, c.leaseFor, start)
 		for _, p := range s.procs {
 			p.tokens = 0
 			// Reports are spread over the interval, as jittered refreshes are.
@@ -436,7 +436,7 @@ func (s *sim) allowRetry(p *simProc) bool {
 func (s *sim) report(p *simProc) {
 	rate := float64(p.first) / s.c.reportEvery.Seconds()
 	want := uint32(math.Ceil(s.c.Ratio*rate*s.c.reportEvery.Seconds())) + 2
-	p.tokens = float64(s.ledger.Report(p.id, budgetd.Counts{First: p.first, Retries: p.retrys}, want, s.now).Tokens)
+	p.tokens = float64(s.ledger.Report(p.id, ledger.Counts{First: p.first, Retries: p.retrys}, want, s.now).Tokens)
 	p.leaseUntil = s.now.Add(s.c.leaseFor)
 	p.first, p.retrys = 0, 0
 	if s.now.Before(s.end) {

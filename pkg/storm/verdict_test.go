@@ -128,3 +128,24 @@ func TestLatencyQuantile(t *testing.T) {
 		t.Errorf("p99 of second 0 alone = %v, want ≤ 10.9ms", got)
 	}
 }
+
+// A trigger whose undo was delivered late (a loaded Docker unpausing) lasts
+// until then: recovery is counted from the second the undo completed in,
+// not from the scheduled end; a prompt undo changes nothing.
+func TestUntilLifted(t *testing.T) {
+	trig, obs := window{10, 30}, window{30, 60}
+	for _, tc := range []struct {
+		lifted            time.Duration
+		wantTrig, wantObs window
+	}{
+		{30*time.Second + 40*time.Millisecond, trig, obs}, // SIGCONT: at once
+		{32*time.Second + 700*time.Millisecond, window{10, 32}, window{32, 60}},
+		{0, trig, obs},                // never lifted (an error ended the run)
+		{75 * time.Second, trig, obs}, // past the watch: nothing to judge from
+	} {
+		gotTrig, gotObs := untilLifted(trig, obs, tc.lifted)
+		if gotTrig != tc.wantTrig || gotObs != tc.wantObs {
+			t.Errorf("lifted %v: trig %v, obs %v; want %v, %v", tc.lifted, gotTrig, gotObs, tc.wantTrig, tc.wantObs)
+		}
+	}
+}

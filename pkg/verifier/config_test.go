@@ -3,7 +3,6 @@ package verifier
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -177,27 +176,17 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestAdvertisedFillsHostName(t *testing.T) {
-	// Without a host name the address is left as it is (and Validate
-	// then refuses it): either way the expectation is exact.
-	self := ":7701"
+// AdvertiseAddr with an empty host is valid once the host name fills it
+// (registry.Advertised): refused only on a machine without a host name.
+func TestValidateAdvertisedHostName(t *testing.T) {
+	hasName := false
 	if name, err := os.Hostname(); err == nil && name != "" {
-		self = net.JoinHostPort(name, "7701")
-	}
-	for in, want := range map[string]string{
-		":7701":          self,
-		"10.0.0.5:7701":  "10.0.0.5:7701",
-		"verifier3:7701": "verifier3:7701",
-		"garbage":        "garbage",
-	} {
-		if got := advertised(in); got != want {
-			t.Errorf("advertised(%q) = %q, want %q", in, got, want)
-		}
+		hasName = true
 	}
 	cfg := DefaultConfig()
 	cfg.EtcdEndpoints = []string{"http://127.0.0.1:2379"}
 	cfg.AdvertiseAddr = ":7701"
-	if err := cfg.Validate(); (err == nil) != (self != ":7701") {
-		t.Errorf("AdvertiseAddr :7701 with host name %q: Validate = %v", self, err)
+	if err := cfg.Validate(); (err == nil) != hasName {
+		t.Errorf("AdvertiseAddr :7701 (host name known: %v): Validate = %v", hasName, err)
 	}
 }

@@ -2,6 +2,9 @@ package verifier
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -72,4 +75,39 @@ func hashUnder(t *testing.T, cfg Config, peppers verify.Peppers, password string
 		t.Fatal(err)
 	}
 	return h.String()
+}
+
+// pepperKeyFor returns a 32-byte key derived from id, distinct per id.
+func pepperKeyFor(id string) []byte {
+	k := make([]byte, 32)
+	for i := range k {
+		k[i] = byte(i*29) ^ byte(len(id)) ^ id[i%len(id)]
+	}
+	return k
+}
+
+// testPeppers holds a key for each id, current among them.
+func testPeppers(current string, ids ...string) verify.Peppers {
+	var keys []verify.Pepper
+	for _, id := range ids {
+		keys = append(keys, verify.Pepper{ID: id, Key: pepperKeyFor(id)})
+	}
+	p, err := verify.NewPeppers(current, keys...)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// showsKey reports whether s shows key in any common rendering.
+func showsKey(s string, key []byte) bool {
+	for _, form := range []string{
+		string(key), hex.EncodeToString(key), fmt.Sprint(key),
+		base64.StdEncoding.EncodeToString(key), base64.RawStdEncoding.EncodeToString(key),
+	} {
+		if strings.Contains(s, form) {
+			return true
+		}
+	}
+	return false
 }

@@ -14,7 +14,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
-	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
+	"github.com/leveehq/levee/internal/etcdtest"
 	"github.com/leveehq/levee/pkg/registry"
 )
 
@@ -23,7 +23,7 @@ import (
 // while queued work still holds the drain open, long before the lease
 // (a minute) could expire.
 func TestRegistersWhenWarmDeregistersAtDrain(t *testing.T) {
-	eps := budgetdtest.StartEtcd(t)
+	eps := etcdtest.StartEtcd(t)
 	w := watchTarget(t, eps, registry.DefaultTarget)
 	cfg := testConfig()
 	cfg.EtcdEndpoints = eps
@@ -56,7 +56,7 @@ func TestRegistersWhenWarmDeregistersAtDrain(t *testing.T) {
 // unreachable, so it waits out EtcdDialTimeout), health is still SERVING
 // and calls are still served; NOT_SERVING follows.
 func TestDeregistersBeforeNotServing(t *testing.T) {
-	etcd := budgetdtest.NewEtcd(t)
+	etcd := etcdtest.NewEtcd(t)
 	w := watchTarget(t, etcd.Endpoints(), registry.DefaultTarget)
 	cfg := testConfig()
 	cfg.Workers = 2 // one held to keep the drain open, one to serve
@@ -85,7 +85,7 @@ func TestDeregistersBeforeNotServing(t *testing.T) {
 // etcd unreachable at startup does not keep the verifier from serving
 // direct clients; it registers once etcd is back.
 func TestServesWithoutEtcdThenRegisters(t *testing.T) {
-	etcd := budgetdtest.NewEtcd(t)
+	etcd := etcdtest.NewEtcd(t)
 	etcd.Stop()
 	cfg := testConfig()
 	cfg.EtcdEndpoints = etcd.Endpoints()

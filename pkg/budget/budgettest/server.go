@@ -1,6 +1,6 @@
 // Package budgettest is a BudgetService for tests of the budget client and
 // of anything that embeds it: a real gRPC server whose accounting is the
-// real budgetd.Ledger (one per key), with switches to make Lease fail with a
+// real ledger.Ledger (one per key), with switches to make Lease fail with a
 // chosen code, hang, or stop serving altogether, and a record of every
 // report it accepted. It has no leader election, no etcd and no forwarding.
 package budgettest
@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
-	"github.com/leveehq/levee/pkg/budgetd"
+	"github.com/leveehq/levee/pkg/ledger"
 	"github.com/leveehq/levee/pkg/mtls"
 )
 
@@ -38,8 +38,8 @@ type Config struct {
 	// half of ValidFor.
 	RefreshAfter time.Duration
 	// Settings apply to keys not given their own with SetSettings; the zero
-	// value means budgetd.DefaultSettings().
-	Settings budgetd.Settings
+	// value means ledger.DefaultSettings().
+	Settings ledger.Settings
 	// Leader is sent as LeaseResponse.leader; empty means "budgettest".
 	Leader string
 	// TLS, when set, serves mutual TLS with this identity, as budgetd
@@ -65,15 +65,15 @@ type Report struct {
 	KeysInRequest         int // reports in that LeaseRequest
 }
 
-// Server is a BudgetService backed by budgetd.Ledger.
+// Server is a BudgetService backed by ledger.Ledger.
 type Server struct {
 	budgetv1.UnimplementedBudgetServiceServer
 
 	cfg Config
 
 	mu       sync.Mutex
-	ledgers  map[string]*budgetd.Ledger
-	settings map[string]budgetd.Settings
+	ledgers  map[string]*ledger.Ledger
+	settings map[string]ledger.Settings
 	reports  []Report
 	seq      int
 	changed  chan struct{} // closed and replaced at every accepted request
@@ -99,16 +99,16 @@ func NewServer(cfg Config) *Server {
 	if cfg.RefreshAfter <= 0 {
 		cfg.RefreshAfter = cfg.ValidFor / 2
 	}
-	if cfg.Settings == (budgetd.Settings{}) {
-		cfg.Settings = budgetd.DefaultSettings()
+	if cfg.Settings == (ledger.Settings{}) {
+		cfg.Settings = ledger.DefaultSettings()
 	}
 	if cfg.Leader == "" {
 		cfg.Leader = "budgettest"
 	}
 	return &Server{
 		cfg:      cfg,
-		ledgers:  map[string]*budgetd.Ledger{},
-		settings: map[string]budgetd.Settings{},
+		ledgers:  map[string]*ledger.Ledger{},
+		settings: map[string]ledger.Settings{},
 		changed:  make(chan struct{}),
 	}
 }
@@ -204,7 +204,7 @@ func (s *Server) Hold() (release func()) {
 
 // SetSettings sets key's settings, creating its ledger now if it has none
 // (so that it starts earning MinPerSecond from now).
-func (s *Server) SetSettings(key string, st budgetd.Settings) {
+func (s *Server) SetSettings(key string, st ledger.Settings) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.settings[key] = st
@@ -212,7 +212,7 @@ func (s *Server) SetSettings(key string, st budgetd.Settings) {
 		l.SetSettings(st, s.cfg.Now())
 		return
 	}
-	s.ledgers[key] = budgetd.NewLedger(st, s.cfg.ValidFor, s.cfg.Now())
+	s.ledgers[key] = ledger.NewLedger(st, s.cfg.ValidFor, s.cfg.Now())
 }
 
 // Calls returns how many Lease calls arrived, failed ones included.
@@ -256,13 +256,13 @@ func (s *Server) WaitRequests(ctx context.Context, n int) error {
 
 // Ledger returns a snapshot of key's ledger (the zero value if it has
 // none).
-func (s *Server) Ledger(key string) budgetd.LedgerStatus {
+func (s *Server) Ledger(key string) ledger.LedgerStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l := s.ledgers[key]; l != nil {
 		return l.Status(s.cfg.Now())
 	}
-	return budgetd.LedgerStatus{}
+	return ledger.LedgerStatus{}
 }
 
 // Lease implements BudgetService.Lease over the ledgers.
@@ -303,10 +303,10 @@ func (s *Server) Lease(ctx context.Context, req *budgetv1.LeaseRequest) (*budget
 		}
 		l := s.ledgers[r.GetKey()]
 		if l == nil {
-			l = budgetd.NewLedger(st, s.cfg.ValidFor, now)
+			l = ledger.NewLedger(st, s.cfg.ValidFor, now)
 			s.ledgers[r.GetKey()] = l
 		}
-		g := l.Report(req.GetClientId(), budgetd.CountsOf(r), r.GetTokensWanted(), now)
+		g := l.Report(req.GetClientId(), ledger.CountsOf(r), r.GetTokensWanted(), now)
 		granted := g.Tokens
 		s.reports = append(s.reports, Report{
 			Seq: s.seq, ClientID: req.GetClientId(), Key: r.GetKey(),

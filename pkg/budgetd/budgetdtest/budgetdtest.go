@@ -1,6 +1,6 @@
-// Package budgetdtest runs budgetd replicas and etcd inside a test: real
-// gRPC on 127.0.0.1, a real embedded etcd in t.TempDir(), everything
-// stopped in t.Cleanup.
+// Package budgetdtest runs budgetd replicas inside a test: real gRPC on
+// 127.0.0.1, on a real etcd (internal/etcdtest), everything stopped in
+// t.Cleanup.
 //
 // Replicas started here use test timings (see StartReplica) so that
 // elections and failovers take a few seconds at most.
@@ -8,13 +8,7 @@ package budgetdtest
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,102 +19,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+	"github.com/leveehq/levee/internal/etcdtest"
 	"github.com/leveehq/levee/pkg/budgetd"
 )
-
-// Etcd is a single-node embedded etcd that clients reach through a TCP
-// proxy, so that Stop cuts every connection at once, as a crashed etcd
-// would (etcd's own graceful stop waits for open watch streams).
-type Etcd struct {
-	t     testing.TB
-	cfg   budgetd.EmbeddedEtcdConfig
-	proxy *proxy
-
-	mu sync.Mutex
-	e  *budgetd.EmbeddedEtcd
-}
-
-// StartEtcd starts an embedded etcd in t.TempDir() on free 127.0.0.1
-// ports, stopped in t.Cleanup, and returns its client endpoints.
-func StartEtcd(t testing.TB) (endpoints []string) {
-	return NewEtcd(t).Endpoints()
-}
-
-// NewEtcd is StartEtcd returning a handle that can stop and restart etcd.
-func NewEtcd(t testing.TB) *Etcd {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "etcd")
-	var lastErr error
-	for range 3 { // a free port can be taken between choosing and binding it
-		ports := freePorts(t, 2)
-		cfg := budgetd.EmbeddedEtcdConfig{
-			DataDir:   dir,
-			ClientURL: "http://" + ports[0],
-			PeerURL:   "http://" + ports[1],
-			Name:      "test",
-		}
-		e, err := budgetd.StartEmbeddedEtcd(cfg, Logger(t), slog.LevelError)
-		if err != nil {
-			lastErr = err
-			os.RemoveAll(dir)
-			continue
-		}
-		h := &Etcd{t: t, cfg: cfg, e: e}
-		h.proxy = newProxy(t, strings.TrimPrefix(cfg.ClientURL, "http://"))
-		t.Cleanup(h.close)
-		return h
-	}
-	t.Fatalf("start etcd: %v", lastErr)
-	return nil
-}
-
-// Endpoints are the client URLs (through the proxy); they stay the same
-// across Stop and Restart.
-func (e *Etcd) Endpoints() []string { return []string{"http://" + e.proxy.addr()} }
-
-// Stop cuts every client connection and stops etcd; clients see it gone.
-func (e *Etcd) Stop() {
-	e.t.Helper()
-	e.proxy.setDown(true)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.e != nil {
-		e.e.Close()
-		e.e = nil
-	}
-}
-
-// Restart starts etcd again on the same data and ports after Stop.
-func (e *Etcd) Restart() {
-	e.t.Helper()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.e == nil {
-		var err error
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			e.e, err = budgetd.StartEmbeddedEtcd(e.cfg, Logger(e.t), slog.LevelError)
-			if err == nil || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(100 * time.Millisecond) // the old listeners may linger a moment
-		}
-		if err != nil {
-			e.t.Fatalf("restart etcd: %v", err)
-		}
-	}
-	e.proxy.setDown(false)
-}
-
-func (e *Etcd) close() {
-	e.proxy.close()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.e != nil {
-		e.e.Close()
-		e.e = nil
-	}
-}
 
 // Replica is one running budgetd replica.
 type Replica struct {
@@ -144,19 +45,13 @@ func TestConfig(t testing.TB, endpoints []string) budgetd.Config {
 	cfg.ListenAddr, cfg.MetricsAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.EtcdEndpoints = endpoints
 	if len(endpoints) == 0 {
-		ports := freePorts(t, 2)
-		cfg.EmbeddedEtcd = budgetd.EmbeddedEtcdConfig{
-			DataDir:   filepath.Join(t.TempDir(), "etcd"),
-			ClientURL: "http://" + ports[0],
-			PeerURL:   "http://" + ports[1],
-			Name:      "test",
-		}
+		cfg.EmbeddedEtcd = etcdtest.Config(t)
 	}
 	cfg.RefreshInterval = 200 * time.Millisecond
 	cfg.LeaseValidity = time.Second
 	cfg.ForgetAfter = 3 * time.Second
 	cfg.ElectionTTL = 2 * time.Second
-	cfg.Logger = Logger(t)
+	cfg.Logger = etcdtest.Logger(t)
 	return cfg
 }
 
@@ -300,139 +195,3 @@ func withClient(t testing.TB, endpoints []string, fn func(context.Context, *clie
 		t.Fatalf("etcd: %v", err)
 	}
 }
-
-// Logger returns a logger into t's log, at the level named by the
-// environment variable BUDGETD_TEST_LOG (debug, info, warn, error; default
-// warn).
-func Logger(t testing.TB) *slog.Logger {
-	level := slog.LevelWarn
-	if v := os.Getenv("BUDGETD_TEST_LOG"); v != "" {
-		_ = level.UnmarshalText([]byte(v))
-	}
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
-}
-
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
-}
-
-var _ io.Writer = testWriter{}
-
-// freePorts returns n distinct free 127.0.0.1 ports, as host:port.
-func freePorts(t testing.TB, n int) []string {
-	t.Helper()
-	out := make([]string, 0, n)
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("free port: %v", err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return out
-}
-
-// proxy forwards TCP connections from a fixed local address to target;
-// while down it refuses (closes) every connection.
-type proxy struct {
-	target string
-	lis    net.Listener
-	wg     sync.WaitGroup
-
-	mu    sync.Mutex
-	down  bool
-	conns map[net.Conn]bool
-}
-
-func newProxy(t testing.TB, target string) *proxy {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("proxy listen: %v", err)
-	}
-	p := &proxy{target: target, lis: lis, conns: map[net.Conn]bool{}}
-	p.wg.Go(p.accept)
-	return p
-}
-
-func (p *proxy) addr() string { return p.lis.Addr().String() }
-
-func (p *proxy) accept() {
-	for {
-		c, err := p.lis.Accept()
-		if err != nil {
-			return
-		}
-		if !p.track(c) {
-			c.Close()
-			continue
-		}
-		p.wg.Go(func() { p.serve(c) })
-	}
-}
-
-func (p *proxy) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.down {
-		return false
-	}
-	p.conns[c] = true
-	return true
-}
-
-func (p *proxy) untrack(c net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.conns, c)
-	c.Close()
-}
-
-func (p *proxy) serve(c net.Conn) {
-	defer p.untrack(c)
-	b, err := net.DialTimeout("tcp", p.target, time.Second)
-	if err != nil {
-		return
-	}
-	if !p.track(b) {
-		b.Close()
-		return
-	}
-	defer p.untrack(b)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		_, _ = io.Copy(b, c)
-		b.Close()
-	})
-	_, _ = io.Copy(c, b)
-	c.Close()
-	wg.Wait()
-}
-
-func (p *proxy) setDown(down bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = down
-	if down {
-		for c := range p.conns {
-			c.Close()
-		}
-	}
-}
-
-func (p *proxy) close() {
-	p.setDown(true)
-	p.lis.Close()
-	p.wg.Wait()
-}
-
-// String describes the handle for test logs.
-func (e *Etcd) String() string { return fmt.Sprintf("etcd %s (%s)", e.Endpoints()[0], e.cfg.DataDir) }

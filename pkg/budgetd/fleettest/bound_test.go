@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leveehq/levee/internal/etcdtest"
 	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
+	"github.com/leveehq/levee/pkg/mtls"
 )
 
 // The 500-client fleet: each client sends 10 first attempts a second, all
@@ -39,10 +41,10 @@ const (
 //   - that is far below what the same 500 processes would have been allowed
 //     with per-process budgets of the same settings;
 //   - the leader's Status shows the live retry ratio at Ratio, and
-//     `budgetd status` (PrintStatus) shows the key, the first-attempt rate,
+//     `budgetd status` (budgetd.StatusCommand) shows the key, the first-attempt rate,
 //     the retry ratio and ~500 clients while the load runs.
 func TestFleetBound(t *testing.T) {
-	etcd := budgetdtest.StartEtcd(t)
+	etcd := etcdtest.StartEtcd(t)
 	budgetdtest.PutConfig(t, etcd, "", key, settingsJSON(settings))
 	leaderStart := time.Now() // the ledger cannot start before its leader
 	r := budgetdtest.StartReplica(t, etcd, func(c *budgetd.Config) {
@@ -65,8 +67,8 @@ func TestFleetBound(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var buf bytes.Buffer
-		if err := budgetd.PrintStatus(ctx, &buf, r.Addr(), "", nil, false); err != nil {
-			t.Fatalf("PrintStatus: %v", err)
+		if err := (&budgetd.StatusCommand{Addr: r.Addr(), Timeout: 5 * time.Second, TLS: mtls.Settings{Insecure: true}}).Run(ctx, &buf); err != nil {
+			t.Fatalf("budgetd status: %v", err)
 		}
 		out := buf.String()
 		head, _, _ := strings.Cut(out, "\nclients of ")
@@ -173,7 +175,7 @@ type statusLine struct {
 	clients                                                                 int
 }
 
-// statusRow parses the row of key in PrintStatus output (KEY RATIO BURST
+// statusRow parses the row of key in `budgetd status` output (KEY RATIO BURST
 // MIN/S TOKENS FIRST/S RETRIES/S RETRY RATIO GRANTED DENIED CLIENTS).
 func statusRow(t *testing.T, out, key string) *statusLine {
 	t.Helper()

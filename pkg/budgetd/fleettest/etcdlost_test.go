@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leveehq/levee/internal/etcdtest"
 	"github.com/leveehq/levee/pkg/budget"
 	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
 )
@@ -26,7 +27,7 @@ func TestFleetEtcdLost(t *testing.T) {
 		n    = 100
 		rate = 20.0 // first attempts per second per client
 	)
-	etcd := budgetdtest.NewEtcd(t)
+	etcd := etcdtest.NewEtcd(t)
 	budgetdtest.PutConfig(t, etcd.Endpoints(), "", key, settingsJSON(settings))
 	r1 := budgetdtest.StartReplica(t, etcd.Endpoints(), nil)
 	r2 := budgetdtest.StartReplica(t, etcd.Endpoints(), nil)

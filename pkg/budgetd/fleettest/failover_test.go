@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leveehq/levee/internal/etcdtest"
 	"github.com/leveehq/levee/pkg/budget"
 	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
 )
@@ -30,7 +31,7 @@ func TestFleetFailover(t *testing.T) {
 		n    = 100
 		rate = 20.0 // first attempts per second per client: 2,000 for the fleet
 	)
-	etcd := budgetdtest.StartEtcd(t)
+	etcd := etcdtest.StartEtcd(t)
 	budgetdtest.PutConfig(t, etcd, "", key, settingsJSON(settings))
 	start := time.Now()
 	r1 := budgetdtest.StartReplica(t, etcd, nil) // 200 ms refresh, 1 s leases, 2 s election TTL

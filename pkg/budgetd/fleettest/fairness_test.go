@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leveehq/levee/internal/etcdtest"
 	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
 )
 
@@ -20,7 +21,7 @@ func TestFleetFairness(t *testing.T) {
 		noisyRate   = 10 * quietRate
 		firstTarget = 7_000 // ~6 s of load at 1,180 first attempts a second
 	)
-	etcd := budgetdtest.StartEtcd(t)
+	etcd := etcdtest.StartEtcd(t)
 	budgetdtest.PutConfig(t, etcd, "", key, settingsJSON(settings))
 	r := budgetdtest.StartReplica(t, etcd, nil) // 200 ms refresh, 1 s leases
 	budgetdtest.WaitLeader(t, leaderWait, r)

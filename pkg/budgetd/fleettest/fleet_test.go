@@ -16,8 +16,8 @@ import (
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
 	"github.com/leveehq/levee/internal/testlock"
 	"github.com/leveehq/levee/pkg/budget"
-	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
+	"github.com/leveehq/levee/pkg/ledger"
 )
 
 // Replicas, etcd servers and 500 Clients start goroutines; none may outlive
@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 const key = "verify"
 
 // settings are budgetd's production defaults, stored in etcd for key.
-var settings = budgetd.DefaultSettings() // ratio 0.1, burst 100, min_per_second 1
+var settings = ledger.DefaultSettings() // ratio 0.1, burst 100, min_per_second 1
 
 // leaderWait bounds a wait for an election (a re-election after etcd
 // returns takes a few 2 s session TTLs at most).
@@ -47,7 +47,7 @@ const (
 	sampleEvery = 100 * time.Millisecond
 )
 
-func settingsJSON(s budgetd.Settings) string {
+func settingsJSON(s ledger.Settings) string {
 	b, err := json.Marshal(s)
 	if err != nil {
 		panic(err)

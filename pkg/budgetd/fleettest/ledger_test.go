@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leveehq/levee/pkg/budgetd"
+	"github.com/leveehq/levee/pkg/ledger"
 )
 
 // TestLedgerSharesMove: traffic moves from one client to the next while
@@ -19,10 +19,10 @@ import (
 // one: with four clients taking turns the fleet held, and was granted in
 // one instant, the sum of every turn's cap (1,396 tokens for a cap of 500).
 func TestLedgerSharesMove(t *testing.T) {
-	s := budgetd.Settings{Ratio: 0.1, Burst: 100, MinPerSecond: 1}
+	s := ledger.Settings{Ratio: 0.1, Burst: 100, MinPerSecond: 1}
 	const lease = time.Second
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	l := budgetd.NewLedger(s, lease, t0)
+	l := ledger.NewLedger(s, lease, t0)
 	ids := []string{"a", "b", "c", "d"}
 
 	type point struct {
@@ -33,7 +33,7 @@ func TestLedgerSharesMove(t *testing.T) {
 	points := []point{{t0, 0, 0}}
 	perSecond := map[int64]uint64{} // first attempts reported per calendar second
 	report := func(id string, f uint64, want uint32, at time.Time) {
-		granted += uint64(l.Report(id, budgetd.Counts{First: f}, want, at).Tokens)
+		granted += uint64(l.Report(id, ledger.Counts{First: f}, want, at).Tokens)
 		first += f
 		perSecond[at.Unix()] += f
 		points = append(points, point{at, first, granted})

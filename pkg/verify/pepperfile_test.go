@@ -1,55 +1,16 @@
-package verifier
+package verify
 
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/leveehq/levee/pkg/verify"
 )
-
-// pepperKeyFor returns a 32-byte key derived from id, distinct per id.
-func pepperKeyFor(id string) []byte {
-	k := make([]byte, 32)
-	for i := range k {
-		k[i] = byte(i*29) ^ byte(len(id)) ^ id[i%len(id)]
-	}
-	return k
-}
-
-// testPeppers holds a key for each id, current among them.
-func testPeppers(current string, ids ...string) verify.Peppers {
-	var keys []verify.Pepper
-	for _, id := range ids {
-		keys = append(keys, verify.Pepper{ID: id, Key: pepperKeyFor(id)})
-	}
-	p, err := verify.NewPeppers(current, keys...)
-	if err != nil {
-		panic(err)
-	}
-	return p
-}
-
-// showsKey reports whether s shows key in any common rendering.
-func showsKey(s string, key []byte) bool {
-	for _, form := range []string{
-		string(key), hex.EncodeToString(key), fmt.Sprint(key),
-		base64.StdEncoding.EncodeToString(key), base64.RawStdEncoding.EncodeToString(key),
-	} {
-		if strings.Contains(s, form) {
-			return true
-		}
-	}
-	return false
-}
 
 func writePepperFile(t *testing.T, content string, mode os.FileMode) string {
 	t.Helper()
@@ -66,7 +27,7 @@ func writePepperFile(t *testing.T, content string, mode os.FileMode) string {
 func TestLoadPepperFile(t *testing.T) {
 	b64 := func(k []byte) string { return base64.StdEncoding.EncodeToString(k) }
 	raw := func(k []byte) string { return base64.RawStdEncoding.EncodeToString(k) }
-	k1, k0 := pepperKeyFor("2025-06"), pepperKeyFor("2024-01")
+	k1, k0 := pepperKey(1), pepperKey(2)
 	short := k1[:15]
 	long := bytes.Repeat(k1, 3)[:65]
 	good := "# levee peppers\ncurrent=2025-06\n\n2025-06:" + b64(k1) + "\n2024-01:" + raw(k0) + "\n"
@@ -120,10 +81,10 @@ func TestLoadPepperFile(t *testing.T) {
 			log := slog.New(slog.NewTextHandler(&logs, nil))
 			p, err := LoadPepperFile(path, log)
 			for _, k := range append(tt.keys, k1, k0) {
-				if err != nil && showsKey(err.Error(), k) {
+				if err != nil && leaks(err.Error(), k) {
 					t.Errorf("error %q shows key material", err)
 				}
-				if showsKey(logs.String(), k) {
+				if leaks(logs.String(), k) {
 					t.Errorf("logs %q show key material", logs.String())
 				}
 			}
@@ -154,21 +115,17 @@ func TestLoadPepperFile(t *testing.T) {
 
 // TestLoadedPeppersVerify: the keys from a file are the keys, byte for byte.
 func TestLoadedPeppersVerify(t *testing.T) {
-	k := pepperKeyFor("k1")
+	k := pepperKey(1)
 	path := writePepperFile(t, "current=k1\nk1:"+base64.StdEncoding.EncodeToString(k)+"\n", 0o400)
 	fromFile, err := LoadPepperFile(path, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := testConfig()
-	write, err := verify.NewWithPeppers(cfg.Policy, cfg.Limits, fromFile)
+	write, err := NewWithPeppers(testPolicy(), DefaultLimits(), fromFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	read, err := verify.NewWithPeppers(cfg.Policy, cfg.Limits, testPeppers("k1", "k1"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	read := pepperedVerifier(t, "k1", Pepper{ID: "k1", Key: k})
 	h, err := write.HashPassword([]byte("pw"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +136,7 @@ func TestLoadedPeppersVerify(t *testing.T) {
 }
 
 func TestLoadPepperFileWorldReadable(t *testing.T) {
-	k := pepperKeyFor("k1")
+	k := pepperKey(1)
 	path := writePepperFile(t, "current=k1\nk1:"+base64.StdEncoding.EncodeToString(k)+"\n", 0o644)
 	var logs bytes.Buffer
 	p, err := LoadPepperFile(path, slog.New(slog.NewTextHandler(&logs, nil)))
@@ -189,7 +146,7 @@ func TestLoadPepperFileWorldReadable(t *testing.T) {
 	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "readable by every user") {
 		t.Errorf("logs %q lack the warning", logs.String())
 	}
-	if showsKey(logs.String(), k) {
+	if leaks(logs.String(), k) {
 		t.Errorf("logs %q show key material", logs.String())
 	}
 }

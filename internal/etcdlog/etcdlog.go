@@ -1,4 +1,6 @@
-package budgetd
+// Package etcdlog hands the logs of etcd's client and embedded server,
+// which speak zap, to the process's slog logger.
+package etcdlog
 
 import (
 	"context"
@@ -11,13 +13,13 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// newZapLogger returns a zap logger (what etcd's client and server take)
+// New returns a zap logger (what etcd's client and server take)
 // that writes entries at min and above to log, so that etcd's logs go where
-// budgetd's go, at a level that does not flood a terminal or a test.
+// the process's go, at a level that does not flood a terminal or a test.
 // While quiet (if not nil) is true, every entry is logged at debug level:
 // an etcd that is being stopped reports its own listeners closing as
 // errors.
-func newZapLogger(log *slog.Logger, min slog.Level, component string, quiet *atomic.Bool) *zap.Logger {
+func New(log *slog.Logger, min slog.Level, component string, quiet *atomic.Bool) *zap.Logger {
 	return zap.New(&slogCore{log: log.With("component", component), min: zapLevel(min), quiet: quiet})
 }
 

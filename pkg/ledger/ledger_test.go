@@ -1,4 +1,4 @@
-package budgetd
+package ledger
 
 import (
 	"fmt"

@@ -1,40 +1,10 @@
-package budgetd
+package ledger
 
 import (
-	"errors"
-	"fmt"
 	"math"
 	"sort"
 	"time"
 )
-
-// Settings of one budget key.
-type Settings struct {
-	// Ratio is the retries allowed per reported first attempt, fleet-wide.
-	Ratio float64 `json:"ratio"`
-	// Burst is the most tokens the budget saves up while unused.
-	Burst float64 `json:"burst"`
-	// MinPerSecond adds tokens whatever the traffic, so that quiet services
-	// can still retry (one allowance for the whole fleet, not per process).
-	MinPerSecond float64 `json:"min_per_second"`
-}
-
-// DefaultSettings: 10% retries, a burst of 100, one retry a second minimum.
-func DefaultSettings() Settings { return Settings{Ratio: 0.1, Burst: 100, MinPerSecond: 1} }
-
-// Validate reports every field out of range.
-func (s Settings) Validate() error {
-	var errs []error
-	check := func(name string, v, lo, hi float64) {
-		if math.IsNaN(v) || v < lo || v > hi {
-			errs = append(errs, fmt.Errorf("%s must be in [%g, %g], got %g", name, lo, hi, v))
-		}
-	}
-	check("ratio", s.Ratio, 0, 10)
-	check("burst", s.Burst, 0, 1e9)
-	check("min_per_second", s.MinPerSecond, 0, 1e6)
-	return errors.Join(errs...)
-}
 
 // shareFloor keeps a client with no reported traffic from a zero share, so
 // that a fleet of quiet clients splits the minimum rate evenly.

@@ -1,0 +1,393 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/pkg/admission"
+	"github.com/leveehq/levee/pkg/callmeta"
+	"github.com/leveehq/levee/pkg/deadline"
+)
+
+var errNoUserWithHash = errors.New("no_user verification takes no encoded_hash")
+
+// Refusals are built once: the shed path formats nothing.
+var (
+	errOverLimit = status.Error(codes.ResourceExhausted,
+		"gateway overloaded: concurrency limit reached; retry after the pushback")
+	errOverShare = status.Error(codes.ResourceExhausted,
+		"gateway overloaded: shedding this priority and attempt class; retry after the pushback")
+	errBusy = status.Error(codes.ResourceExhausted,
+		"gateway overloaded: every verifier's workers are busy; retry after the pushback")
+	errNoVerifier = status.Error(codes.Unavailable,
+		"no verifier available: none serving, or every circuit breaker open; retry after the pushback")
+	errVerifierUnavailable = status.Error(codes.Unavailable,
+		"verifier unavailable (connection lost or refused, or node draining); retry after the pushback")
+	errVerifierFailed = status.Error(codes.Internal, "verifier failed")
+	errAbandoned      = status.Error(codes.DeadlineExceeded,
+		"dropped by the recovery autopilot: older than the typical client timeout")
+)
+
+// pushback sets a jittered retry-after trailer.
+func (g *Gateway) pushback(ctx context.Context) {
+	_ = grpc.SetTrailer(ctx, g.pushbacks[rand.IntN(len(g.pushbacks))])
+}
+
+// admit runs the edge limiter: on success the caller owes a limiter
+// Release. Its refusal comes before the request is even parsed.
+func (g *Gateway) admit(ctx context.Context, c *call) error {
+	g.clientRatio.add(!c.retry)
+	g.maxAttempt.add(int64(c.facts.Attempt))
+	switch g.limiter.Acquire(c.class) {
+	case admission.ReasonAdmitted:
+	case admission.ReasonPriority:
+		c.metrics.refused[reasonIndexPriority].Inc()
+		g.pushback(ctx)
+		return errOverShare
+	default:
+		c.metrics.refused[reasonIndexLimit].Inc()
+		g.pushback(ctx)
+		return errOverLimit
+	}
+	g.auto.sawInflight(g.limiter.InFlight())
+	return nil
+}
+
+// pickFor reserves a slot on a verifier for c, or refuses: the pick is the
+// last check before the hop, because it asks the chosen verifier's breaker,
+// and a half-open breaker's probe spent on a call refused afterwards would
+// test nothing (see breaker.Breaker.Cancel). The caller owes the slot's
+// release (backend.release after the hop, backend.unsent before it).
+func (g *Gateway) pickFor(ctx context.Context, c *call) (*backend, error) {
+	b, serving := g.backends.pick(nil, c.slotQueue())
+	if b != nil {
+		return b, nil
+	}
+	g.pushback(ctx)
+	if !serving {
+		c.metrics.refused[reasonIndexNoVerifier].Inc()
+		return nil, errNoVerifier
+	}
+	c.metrics.refused[reasonIndexBusy].Inc()
+	return nil, errBusy
+}
+
+// hopFunc makes one call to a verifier.
+type hopFunc func(ctx context.Context, c verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error
+
+// Verify implements VerifyService.Verify.
+func (g *Gateway) Verify(ctx context.Context, req *verifyv1.VerifyRequest) (*verifyv1.VerifyResponse, error) {
+	c := g.newCall(ctx)
+	if g.cfg.Unguarded {
+		var resp *verifyv1.VerifyResponse
+		return resp, g.forwardUnguarded(ctx, &c, func(ctx context.Context, vc verifyv1.VerifyServiceClient, opts ...grpc.CallOption) (err error) {
+			resp, err = vc.Verify(ctx, req, opts...)
+			return err
+		})
+	}
+	if err := g.admit(ctx, &c); err != nil {
+		return nil, err
+	}
+	if err := g.parser.CheckPassword(req.GetPassword()); err != nil {
+		return nil, g.invalid(&c, err)
+	}
+	if req.GetNoUser() {
+		if req.GetEncodedHash() != "" {
+			return nil, g.invalid(&c, errNoUserWithHash)
+		}
+	} else if _, err := g.parser.Parse(req.GetEncodedHash()); err != nil {
+		return nil, g.invalid(&c, err)
+	}
+	var resp *verifyv1.VerifyResponse
+	err := g.serve(ctx, &c, func(ctx context.Context, vc verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error {
+		var err error
+		resp, err = vc.Verify(ctx, req, opts...)
+		return err
+	})
+	return resp, err
+}
+
+// Hash implements VerifyService.Hash.
+func (g *Gateway) Hash(ctx context.Context, req *verifyv1.HashRequest) (*verifyv1.HashResponse, error) {
+	c := g.newCall(ctx)
+	if g.cfg.Unguarded {
+		var resp *verifyv1.HashResponse
+		return resp, g.forwardUnguarded(ctx, &c, func(ctx context.Context, vc verifyv1.VerifyServiceClient, opts ...grpc.CallOption) (err error) {
+			resp, err = vc.Hash(ctx, req, opts...)
+			return err
+		})
+	}
+	if err := g.admit(ctx, &c); err != nil {
+		return nil, err
+	}
+	if err := g.parser.CheckPassword(req.GetPassword()); err != nil {
+		return nil, g.invalid(&c, err)
+	}
+	var resp *verifyv1.HashResponse
+	err := g.serve(ctx, &c, func(ctx context.Context, vc verifyv1.VerifyServiceClient, opts ...grpc.CallOption) error {
+		var err error
+		resp, err = vc.Hash(ctx, req, opts...)
+		return err
+	})
+	return resp, err
+}
+
+// forwardUnguarded makes the one hop of an unguarded gateway (Config.Unguarded):
+// to the next serving verifier, under the caller's own context, the answer
+// passed back as it came.
+func (g *Gateway) forwardUnguarded(ctx context.Context, c *call, hop hopFunc) error {
+	g.clientRatio.add(!c.retry)
+	b := g.backends.next()
+	if b == nil {
+		return errNoVerifier
+	}
+	c.metrics.admitted.Inc()
+	b.pending.Add(1)
+	var trailer metadata.MD
+	err := hop(callmeta.AppendOutgoing(ctx, c.facts), b.client, grpc.Trailer(&trailer))
+	b.pending.Add(-1)
+	served := callmeta.ServedFrom(trailer)
+	if served.Workers > 0 {
+		b.workers.Store(int64(served.Workers))
+	}
+	if served.Service > 0 {
+		b.service.observe(served.Service) // for the bistability margin only
+	}
+	switch {
+	case err != nil:
+		c.metrics.failed.Inc()
+	case ctx.Err() != nil:
+		c.metrics.late.Inc()
+	default:
+		c.metrics.goodput.Inc()
+	}
+	return err
+}
+
+// releaseAdmission ends an admitted call's hold on the limiter.
+func (g *Gateway) releaseAdmission(c *call, s admission.Sample) {
+	s.Critical = c.critical
+	g.limiter.Release(s)
+}
+
+func (g *Gateway) invalid(c *call, err error) error {
+	g.releaseAdmission(c, admission.Sample{Outcome: admission.OutcomeIgnore})
+	g.metrics.invalid.Inc()
+	return status.Error(codes.InvalidArgument, err.Error())
+}
+
+// serve forwards an admitted call: deadline check, pick, hop, at most one
+// budgeted retry on another verifier, accounting.
+//
+// The gateway refuses before a hop only a call that cannot even be
+// forwarded (less than the deadline margin left): whether the rest leaves
+// time for a hash is each verifier's to say, from its own calibrated cost,
+// and its refusal is as cheap as the gateway's. A gateway-wide estimate
+// learnt from the verifiers' answers is what once let one stalled verifier
+// make the gateway refuse every short deadline while a healthy one idled.
+func (g *Gateway) serve(ctx context.Context, c *call, hop hopFunc) error {
+	outcome := admission.Sample{Outcome: admission.OutcomeIgnore}
+	defer func() { g.releaseAdmission(c, outcome) }()
+
+	if !deadline.CanFinish(ctx, g.cfg.Deadline.Margin) {
+		c.metrics.refused[reasonIndexDeadline].Inc()
+		remaining, _ := deadline.Remaining(ctx)
+		return status.Errorf(codes.DeadlineExceeded,
+			"remaining deadline %v is shorter than the gateway's forwarding margin %v; not forwarded",
+			remaining.Round(time.Millisecond), g.cfg.Deadline.Margin)
+	}
+	b, err := g.pickFor(ctx, c)
+	if err != nil {
+		return err
+	}
+	c.metrics.admitted.Inc()
+
+	// The clock is read once the call is admitted and has a verifier: a
+	// refusal never pays for it.
+	start := time.Now()
+	inflight := g.calls.add(start)
+	defer g.calls.remove(inflight)
+
+	// First attempts are counted once, where they start: a caller's retry
+	// (attempt 2 and on) is the caller's budget's business, and counting it
+	// here too would let retries earn retries.
+	g.fleetRatio.add(true)
+	if g.retry != nil && !c.retry {
+		g.retry.RecordFirstAttempt()
+	}
+	res := g.hop(ctx, inflight, b, c.facts, hop)
+	// One layer retries a given failure: the gateway retries a caller's
+	// first attempt only, and once it has, tells the caller not to retry
+	// that failure again (pushback -1). Both layers retrying would make the
+	// fleet's bound (1 + r)² × first attempts instead of (1 + r).
+	if res.retryable && !c.retry {
+		if b2 := g.retryTarget(ctx, c, b); b2 != nil {
+			g.metrics.fleetRetries.Inc()
+			g.fleetRatio.add(false)
+			g.retry.RecordRetry()
+			res = g.hop(ctx, inflight, b2, c.retryFacts(), hop)
+			if res.err != nil && res.pushback == nil {
+				res.pushback = callmeta.DoNotRetry // the fleet already retried
+			}
+		} else {
+			g.metrics.fleetNoBudget.Inc()
+		}
+	}
+	outcome = res.sample
+
+	took := time.Since(start)
+	g.metrics.forwardLatency.Observe(took.Seconds())
+	switch {
+	case res.answered:
+		g.auto.sawWork(took, ctx.Err() == nil)
+	case res.expired || ctx.Err() != nil:
+		// Forwarded, and its caller gave up or left meanwhile: work the
+		// fleet did, or held queued, for nobody.
+		g.auto.sawWork(took, false)
+	}
+	switch {
+	case res.err != nil:
+		c.metrics.failed.Inc()
+		switch {
+		case res.pushback != nil:
+			_ = grpc.SetTrailer(ctx, res.pushback)
+		case res.err == errVerifierUnavailable:
+			g.pushback(ctx)
+		}
+		return res.err
+	case ctx.Err() != nil:
+		c.metrics.late.Inc()
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	c.metrics.goodput.Inc()
+	return nil
+}
+
+// retryTarget returns the verifier to retry on, holding a slot there, or nil
+// when the retry is not allowed: no budget configured or no token, no time
+// left to forward, or no other verifier with a free slot. A token is
+// spent only when a target exists.
+func (g *Gateway) retryTarget(ctx context.Context, c *call, failed *backend) *backend {
+	if g.retry == nil || !deadline.CanFinish(ctx, g.cfg.Deadline.Margin) {
+		return nil
+	}
+	b, _ := g.backends.pick(failed, c.slotQueue())
+	if b == nil {
+		return nil
+	}
+	if !g.retry.Allow() {
+		b.unsent()
+		return nil
+	}
+	return b
+}
+
+// hopResult is what one hop tells the caller and the limiter.
+type hopResult struct {
+	err       error
+	answered  bool        // the verifier ran it and answered (OK, or the input was bad)
+	expired   bool        // unanswered: the forwarded deadline passed, or the call was cut, while it was out
+	retryable bool        // failure local to the node: another may answer
+	pushback  metadata.MD // the verifier's pushback trailer, passed back
+	sample    admission.Sample
+}
+
+// hop makes one call to b and accounts for it: breaker, per-verifier
+// metrics, queue wait for the limiter and the autopilot.
+func (g *Gateway) hop(ctx context.Context, inflight *inflightCall, b *backend, f callmeta.Facts, fn hopFunc) hopResult {
+	octx, cancel, err := g.cfg.Deadline.Outgoing(ctx)
+	if err != nil {
+		b.unsent()
+		return hopResult{err: status.Error(codes.DeadlineExceeded, "no time left to forward the call"),
+			sample: admission.Sample{Outcome: admission.OutcomeIgnore}}
+	}
+	defer cancel()
+	octx = inflight.bind(octx, g.auto)
+	octx = callmeta.AppendOutgoing(octx, f)
+
+	var trailer metadata.MD
+	err = fn(octx, b.client, grpc.Trailer(&trailer))
+	b.release()
+	served := callmeta.ServedFrom(trailer)
+	if served.Workers > 0 && b.sawWorkers(int64(served.Workers)) {
+		b.fitQueue(g.cfg.VerifierQueueDelay)
+		g.fitCeiling()
+	}
+
+	if inflight.abandoned() {
+		// The autopilot cut it: the caller had given up.
+		return hopResult{err: errAbandoned, expired: true, sample: admission.Sample{Outcome: admission.OutcomeIgnore}}
+	}
+	code := status.Code(err)
+	// The caller's input and the caller leaving say nothing of the node.
+	now := time.Now()
+	good := code == codes.OK || code == codes.InvalidArgument || code == codes.Canceled
+	b.answers.add(now, good)
+	if !good {
+		g.judgeSoon(now)
+	}
+	res := hopResult{err: err, sample: admission.Sample{Outcome: admission.OutcomeIgnore},
+		expired: err != nil && octx.Err() != nil}
+	switch code {
+	case codes.OK, codes.InvalidArgument:
+		res.answered = true
+		b.brk.Load().Record(true)
+		g.metrics.result(b, "ok")
+		wait, service := served.QueueWait, served.Service
+		if wait >= 0 {
+			res.sample = admission.Sample{QueueWait: wait, Outcome: admission.OutcomeOK}
+			g.metrics.verifierWait.Observe(wait.Seconds())
+			g.auto.sawQueue(wait, service)
+		}
+		if service > 0 {
+			b.service.observe(service)
+			if b.fitQueue(g.cfg.VerifierQueueDelay) {
+				g.fitCeiling()
+			}
+		}
+	case codes.ResourceExhausted:
+		if _, retry, present := callmeta.PushbackFrom(trailer); !present || retry {
+			// Not the verifier's own overload refusal (which always says
+			// "do not retry"): a transport limit, say. Counting it as
+			// overload would let any caller who can provoke it hold the
+			// limit at its floor.
+			g.metrics.result(b, "other")
+			break
+		}
+		// Overloaded: a load signal for the limiter, not a node fault.
+		g.metrics.result(b, "overloaded")
+		res.sample = admission.Sample{Outcome: admission.OutcomeOverloaded}
+		res.pushback = callmeta.DoNotRetry
+	case codes.Unavailable, codes.Internal, codes.Unknown, codes.DataLoss, codes.Unimplemented:
+		b.brk.Load().Record(false)
+		g.metrics.result(b, "failure")
+		// The transport's message names internal addresses; the caller
+		// gets a status that names the problem instead.
+		res.err = errVerifierFailed
+		if code == codes.Unavailable {
+			// Connection refused or lost, or the node draining: its health
+			// stream takes it out of rotation (a lost connection ends the
+			// stream, a drain says NOT_SERVING first); one failed call does
+			// not, or a transient error would exclude a healthy node until
+			// its health next changed. The breaker counts the failure.
+			res.err = errVerifierUnavailable
+			_, _, pushedBack := callmeta.PushbackFrom(trailer)
+			res.retryable = ctx.Err() == nil && !pushedBack
+		}
+	default:
+		// DEADLINE_EXCEEDED, CANCELED and the rest say nothing about the
+		// node's health: a deadline passing under load is the limiter's
+		// business, and tripping breakers on overload would turn it into
+		// an outage.
+		g.metrics.result(b, "other")
+	}
+	return res
+}

@@ -481,6 +481,43 @@ func (r *faultRun) retryRatioCheck(from, to int) Check {
 		Got: got, Want: fmt.Sprintf("≤ %.3f (ratio %.2f + 10 %%, + burst %.0f over the window)", worstAllowed, r.ratio, r.burst), OK: ok}
 }
 
+// quorumGoodputFraction is the share of its baseline goodput the fleet
+// must keep while etcd has no quorum. It is not RecoveredFraction: at
+// 1.2 C on two shared cores the fleet's goodput swings from second to
+// second by about 13 % of its mean (host CPU at 2.0), so a 15 s mean read
+// against an 8 s baseline differs by about 6 % (one standard error) with no
+// fault at all; in one run the seconds after the loss, with the quorum back,
+// read 91 % of the baseline, and in CI the loss read 94.6 %. A fleet that
+// stops serving on the loss (a gateway that forgets its verifiers when it
+// cannot read etcd) falls to nothing; one that loses a verifier of three
+// falls to two thirds: both are well below this line, and the routing check
+// beside it catches either by itself.
+const quorumGoodputFraction = 0.8
+
+// verifierSecondsWithoutCalls counts, over the seconds [from, to), the
+// seconds in which a verifier was scraped and had received no call (idle),
+// of all the verifier-seconds scraped (seen). A verifier scraped in fewer
+// than half of the seconds counts every missing second as idle: a check
+// cannot pass on a node it did not see.
+func (r *faultRun) verifierSecondsWithoutCalls(from, to int) (idle, seen int) {
+	for _, c := range r.res.Series.Columns() {
+		if !strings.HasPrefix(c, "v") || !strings.HasSuffix(c, "_arrivals") {
+			continue
+		}
+		known := r.column(c, from, to)
+		if 2*len(known) < to-from {
+			idle += to - from - len(known)
+		}
+		seen += len(known)
+		for _, n := range known {
+			if n == 0 {
+				idle++
+			}
+		}
+	}
+	return idle, seen
+}
+
 func checkQuorumLoss(r *faultRun) []Check {
 	trig := r.res.Trig
 	fbAll, tokAll := r.res.Series.Scraped("gw_budget_fallback"), r.res.Series.Scraped("gw_budget_tokens_fallback")
@@ -502,11 +539,17 @@ func checkQuorumLoss(r *faultRun) []Check {
 	after := r.column("gw_budget_fallback", r.res.Obs.to-5, r.res.Obs.to)
 	// Over capacity, the share of arrivals served depends on how many
 	// retries the budgets fund, and a local budget funds fewer than the
-	// shared one's burst: serving continuing is the fleet's goodput.
+	// shared one's burst: serving continuing is the fleet's goodput, and
+	// every verifier the gateway knew getting calls throughout.
 	v := r.res.Verdict
+	idle, seen := r.verifierSecondsWithoutCalls(trig.from, trig.to)
 	checks := []Check{
 		{What: "goodput during the quorum loss", Got: fmt.Sprintf("%.0f/s (baseline %.0f/s)", v.During, v.Baseline),
-			Want: "≥ 95 % of baseline", OK: v.Baseline > 0 && v.During >= RecoveredFraction*v.Baseline},
+			Want: fmt.Sprintf("≥ %.0f %% of baseline", 100*quorumGoodputFraction),
+			OK:   v.Baseline > 0 && v.During >= quorumGoodputFraction*v.Baseline},
+		{What: "the gateway kept routing to every verifier: seconds of the loss a verifier got no call",
+			Got: fmt.Sprintf("%d of %d verifier-seconds", idle, seen), Want: "0 (every verifier scraped in most seconds)",
+			OK: seen > 0 && idle == 0},
 		{What: "the gateway's budget fell back to local", Got: fmt.Sprintf("%d s in fallback", len(tokens)), Want: "some",
 			OK: len(tokens) > 0},
 		{What: "its local budget: tokens its fallback bucket held", Got: fmt.Sprintf("%.1f–%.1f", minOf(tokens), maxOf(tokens)),

@@ -69,7 +69,7 @@ type Series struct {
 
 	mu      sync.Mutex
 	scraped []map[string]float64 // by second; nil where nothing was scraped
-	columns []string             // scraped column names, in first-seen order
+	columns []string             // scraped column names, sorted
 	phases  []string             // by second: warmup, baseline, trigger, after
 }
 
@@ -133,6 +133,13 @@ func (s *Series) Offered() []float64 {
 // Attempts returns the attempts (first and retries) sent in each second.
 func (s *Series) Attempts() []float64 {
 	return s.col(func(x *second) float64 { return float64(x.first.Load() + x.retries.Load()) })
+}
+
+// Columns returns the names of the scraped columns, sorted.
+func (s *Series) Columns() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.columns)
 }
 
 // Scraped returns the scraped column name by second (NaN where missing).

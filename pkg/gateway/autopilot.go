@@ -96,17 +96,22 @@ func (s *callSet) flush(cutoff time.Time) int {
 // the calls forwarded that a verifier worked on (answered, or still being
 // worked on when the caller's deadline passed), fewer than GoodputBelow were
 // answered within the client timeout of their arrival, while throughput
-// (over two ticks) stays at least half its recent peak (the fleet works, it
-// is not stalled)
-// and the queue stands (mean reported queue wait above RampQueueWait, or no
-// call lived to report one). Refusals are not work and count neither way: a
+// (over two ticks) stays at least half its recent peak, some verifier
+// answered a call in the tick (the fleet works, it is not stalled), and the
+// queue stands (mean reported queue wait above RampQueueWait, or no
+// answer reported one). Refusals are not work and count neither way: a
 // fleet that refuses what it cannot finish in time and answers the rest in
 // time is overloaded, not metastable, which is the limiter's business, and
 // a clamp under capacity would only lose goodput. Nor does the signature
 // need the queue wait to pass the client timeout (as it once did): a
 // verifier refuses what would wait longer than its -max-queue-wait (1 s by
 // default), so its reported wait never gets there, however late the
-// answers.
+// answers. Nor is a stall the signature: a fleet that answers nothing
+// (every verifier frozen, paused, cut off) has no queue a clamp could
+// drain, though the calls whose deadlines pass in it look like wasted work;
+// a clamp set then, from a tick that measured no capacity, held admission
+// near one call for seconds after the verifiers came back (the fault
+// suite's pause: refusals for 2 s after the unpause).
 //
 // Engaged, it cuts calls older than the client timeout (their callers have
 // left: finishing them is pure waste), shortens forwarded deadlines to what
@@ -137,6 +142,7 @@ type autopilot struct {
 
 	// Fed by the request path, read and reset each tick.
 	answers    atomic.Int64 // calls a verifier worked on: answered, or the caller's deadline passed meanwhile
+	answered   atomic.Int64 // of them, answered
 	fast       atomic.Int64 // of them, answered within the client timeout of arrival
 	waitSum    atomic.Int64 // reported queue wait, µs
 	serviceSum atomic.Int64 // reported service time, µs
@@ -174,7 +180,11 @@ func (a *autopilot) sawInflight(n int) {
 // while it was forwarded). Refusals are not counted.
 func (a *autopilot) sawWork(took time.Duration, answered bool) {
 	a.answers.Add(1)
-	if answered && took <= a.clientTimeout() {
+	if !answered {
+		return
+	}
+	a.answered.Add(1)
+	if took <= a.clientTimeout() {
 		a.fast.Add(1)
 	}
 }
@@ -196,12 +206,13 @@ type signals struct {
 	busy       float64       // calls being hashed on average (Little's law)
 	peak       int           // most calls in flight
 	answers    int64         // calls worked on
+	answered   int64         // of them, answered
 }
 
 func (a *autopilot) read(tick time.Duration) signals {
-	answers, fast := a.answers.Swap(0), a.fast.Swap(0)
+	answers, answered, fast := a.answers.Swap(0), a.answered.Swap(0), a.fast.Swap(0)
 	waitSum, serviceSum, reports := a.waitSum.Swap(0), a.serviceSum.Swap(0), a.reports.Swap(0)
-	s := signals{answers: answers, peak: int(a.peak.Swap(int64(a.g.limiter.InFlight())))}
+	s := signals{answers: answers, answered: answered, peak: int(a.peak.Swap(int64(a.g.limiter.InFlight())))}
 	s.throughput = float64(answers) / tick.Seconds()
 	if answers > 0 {
 		s.goodput = float64(fast) / float64(answers)
@@ -229,11 +240,12 @@ func (a *autopilot) run(ctx context.Context) {
 }
 
 // congested reports whether s shows the metastable signature (see
-// autopilot). A tick whose calls all ended past their callers' deadlines
-// reports no queue wait: the queue is presumed to stand, since the fleet
-// kept them past the client timeout.
+// autopilot). A tick whose answers reported no queue wait presumes the
+// queue stands, since the fleet kept its other calls past the client
+// timeout. A tick in which no verifier answered anything is not the
+// signature: the fleet is stalled, not busy.
 func (a *autopilot) congested(s signals) bool {
-	return s.answers > 0 &&
+	return s.answered > 0 &&
 		s.goodput < a.cfg.GoodputBelow &&
 		a.rate >= 0.5*a.peakThroughput &&
 		(s.queueWait > a.cfg.RampQueueWait || !s.waitKnown)
@@ -255,10 +267,11 @@ func (a *autopilot) tick(s signals) {
 		return
 	}
 	if !a.engaged.Load() {
-		if s.answers == 0 {
-			// No call ended this tick: no evidence either way. Slow hashes
-			// answer in waves, and a quiet tick between two congested ones
-			// is not the signature gone.
+		if s.answered == 0 {
+			// No call answered this tick: no evidence either way. Slow
+			// hashes answer in waves, and a quiet tick between two
+			// congested ones is not the signature gone; nor are calls
+			// only expiring (a stall) the signature.
 			return
 		}
 		if !a.congested(s) {

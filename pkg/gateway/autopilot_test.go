@@ -236,14 +236,14 @@ func TestAutopilotHasNoDeadBand(t *testing.T) {
 	gw.waitServing(t, 1)
 	a := gw.g.auto
 	ap := cfg.Autopilot
-	congested := signals{answers: 100, throughput: 100, goodput: 0.1, queueWait: 3 * ap.ClientTimeout, busy: 4, peak: 10}
+	congested := signals{answers: 100, answered: 100, throughput: 100, goodput: 0.1, queueWait: 3 * ap.ClientTimeout, busy: 4, peak: 10}
 	for range ap.EngageAfter {
 		a.tick(congested)
 	}
 	if !a.engaged.Load() {
 		t.Fatalf("not engaged after %d congested ticks", ap.EngageAfter)
 	}
-	between := signals{answers: 100, throughput: 100, goodput: 0.9, queueWait: (ap.RampQueueWait + ap.ClientTimeout) / 2,
+	between := signals{answers: 100, answered: 100, throughput: 100, goodput: 0.9, queueWait: (ap.RampQueueWait + ap.ClientTimeout) / 2,
 		busy: 4, peak: 1 << 20}
 	for i := range 1000 {
 		a.tick(between)
@@ -259,33 +259,86 @@ func TestAutopilotHasNoDeadBand(t *testing.T) {
 		between.queueWait, ap.RampQueueWait, ap.ClientTimeout)
 }
 
+// A stall is not the metastable signature. Ticks in which calls only expire
+// (forwarded, no verifier answering: every verifier paused) neither engage
+// the autopilot nor, once it is engaged, tighten its clamp; and such a tick
+// between two congested ones is no evidence either way, as a quiet tick is.
+// Before, a 10 s pause of every verifier engaged it with a clamp of one call
+// (the stall measured no capacity), and its ramp held admission back for
+// 2 s after the unpause.
+func TestAutopilotTreatsAStallAsNoEvidence(t *testing.T) {
+	v := startVerifier(t, nil)
+	cfg := gatewayConfig(v.addr)
+	cfg.Autopilot.Enabled = true
+	cfg.Autopilot.Tick = time.Hour // the test ticks it by hand
+	gw := startGateway(t, cfg)
+	gw.waitServing(t, 1)
+	a := gw.g.auto
+	ap := cfg.Autopilot
+	stalled := signals{answers: 100, throughput: 100, peak: 10}
+	congested := signals{answers: 100, answered: 100, throughput: 100, goodput: 0.1, queueWait: 3 * ap.ClientTimeout,
+		waitKnown: true, busy: 4, peak: 10}
+	for range 3 * ap.EngageAfter {
+		a.tick(stalled)
+	}
+	if a.engaged.Load() {
+		t.Fatalf("engaged by %d ticks of a stall", 3*ap.EngageAfter)
+	}
+	for i := range ap.EngageAfter {
+		a.tick(congested)
+		if i < ap.EngageAfter-1 {
+			a.tick(stalled)
+		}
+	}
+	if !a.engaged.Load() {
+		t.Fatalf("not engaged after %d congested ticks with stalled ones between", ap.EngageAfter)
+	}
+	clamp := a.clamp
+	for range 3 {
+		a.tick(stalled)
+	}
+	if a.clamp < clamp {
+		t.Errorf("clamp tightened from %.1f to %.1f by ticks of a stall", clamp, a.clamp)
+	}
+}
+
 // slowVerifier answers every call after answerIn, reporting what a verifier
 // at its default -max-queue-wait reports when its queue stands: a queue wait
 // just under that bound, the rest of answerIn hashing, and workers workers.
 // With answerIn past the client timeout every answer comes after the typical
 // caller left. With overloadEvery it refuses every n-th call at once, as an
-// overloaded verifier does.
+// overloaded verifier does; with promptEvery it answers every n-th call in
+// promptIn, as a congested verifier still answers some callers in time.
 type slowVerifier struct {
 	verifyv1.UnimplementedVerifyServiceServer
 	answerIn, queueWait time.Duration
 	workers             int
 	overloadEvery       int // every n-th call is refused as overloaded (0: none)
+	promptEvery         int // every n-th call (from the first) is answered in promptIn instead (0: none)
 	calls               atomic.Int64
 }
 
+// promptIn is how soon a slowVerifier answers its prompt calls.
+const promptIn = time.Second
+
 func (s *slowVerifier) Verify(ctx context.Context, _ *verifyv1.VerifyRequest) (*verifyv1.VerifyResponse, error) {
-	if n := s.calls.Add(1); s.overloadEvery > 0 && n%int64(s.overloadEvery) == 0 {
+	n := s.calls.Add(1)
+	if s.overloadEvery > 0 && n%int64(s.overloadEvery) == 0 {
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(callmeta.PushbackKey, "-1", callmeta.WorkersKey, strconv.Itoa(s.workers)))
 		return nil, status.Error(codes.ResourceExhausted, "verifier overloaded: projected queue wait exceeds the maximum; do not retry")
 	}
+	answerIn := s.answerIn
+	if s.promptEvery > 0 && n%int64(s.promptEvery) == 1 {
+		answerIn = promptIn
+	}
 	select {
-	case <-time.After(s.answerIn):
+	case <-time.After(answerIn):
 	case <-ctx.Done():
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	_ = grpc.SetTrailer(ctx, metadata.Pairs(
 		callmeta.QueueWaitKey, strconv.FormatInt(s.queueWait.Microseconds(), 10),
-		callmeta.ServiceTimeKey, strconv.FormatInt((s.answerIn-s.queueWait).Microseconds(), 10),
+		callmeta.ServiceTimeKey, strconv.FormatInt(max(answerIn-s.queueWait, time.Millisecond).Microseconds(), 10),
 		callmeta.WorkersKey, strconv.Itoa(s.workers)))
 	return &verifyv1.VerifyResponse{Match: true}, nil
 }
@@ -299,7 +352,10 @@ func (s *slowVerifier) Verify(ctx context.Context, _ *verifyv1.VerifyRequest) (*
 // deadline passing while it waited) while the queue stands and throughput
 // holds; and not when the answers come in time, even with the queue at its
 // bound and a third of the calls refused as overloaded (overload is the
-// limiter's business: a clamp under capacity would only lose goodput).
+// limiter's business: a clamp under capacity would only lose goodput); nor
+// when the fleet answers nothing at all (a stall: every call's deadline
+// passes, which looks like wasted work, but there is no queue a clamp could
+// drain, and a clamp set then held the fleet back after the stall ended).
 func TestAutopilotEngagesUnderDefaultQueueBounds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drives the autopilot's ticks for seconds")
@@ -309,17 +365,21 @@ func TestAutopilotEngagesUnderDefaultQueueBounds(t *testing.T) {
 		name       string
 		answerIn   time.Duration
 		overload   int
+		prompt     int           // every n-th call answered in promptIn
 		patience   time.Duration // the callers' deadline
 		wantEngage bool
 	}{
 		{name: "answers after the client timeout", answerIn: 2500 * time.Millisecond, patience: 10 * time.Second, wantEngage: true},
-		{name: "callers' deadlines end while they wait", answerIn: 2500 * time.Millisecond, patience: 2 * time.Second, wantEngage: true},
+		{name: "callers' deadlines end while most wait", answerIn: 2500 * time.Millisecond, prompt: 3, patience: 2 * time.Second,
+			wantEngage: true},
+		{name: "stalled: no call answered", answerIn: time.Hour, patience: 2 * time.Second},
 		{name: "answers in time, a third refused as overloaded", answerIn: 950 * time.Millisecond, overload: 3,
 			patience: 10 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fake := func() *slowVerifier {
-				return &slowVerifier{answerIn: tc.answerIn, queueWait: maxWait * 9 / 10, workers: 8, overloadEvery: tc.overload}
+				return &slowVerifier{answerIn: tc.answerIn, queueWait: maxWait * 9 / 10, workers: 8, overloadEvery: tc.overload,
+					promptEvery: tc.prompt}
 			}
 			cfg := gatewayConfig(serveBackend(t, fake()), serveBackend(t, fake()))
 			cfg.Autopilot = DefaultConfig().Autopilot // its defaults: 2 s client timeout, 1 s ticks, 3 to engage

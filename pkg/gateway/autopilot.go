@@ -96,23 +96,31 @@ func (s *callSet) flush(cutoff time.Time) int {
 // the calls forwarded that a verifier worked on (answered, or still being
 // worked on when the caller's deadline passed), fewer than GoodputBelow were
 // answered within the client timeout of their arrival, while throughput
-// (over two ticks) stays at least half its recent peak, some verifier
-// answered a call in the tick (the fleet works, it is not stalled), and the
-// queue stands (mean reported queue wait above RampQueueWait, or no
-// answer reported one). Refusals are not work and count neither way: a
+// (over two ticks) stays at least half its recent peak and the queue stands
+// (the mean queue wait the tick's answers reported is above RampQueueWait).
+// Refusals are not work and count neither way: a
 // fleet that refuses what it cannot finish in time and answers the rest in
 // time is overloaded, not metastable, which is the limiter's business, and
 // a clamp under capacity would only lose goodput. Nor does the signature
 // need the queue wait to pass the client timeout (as it once did): a
 // verifier refuses what would wait longer than its -max-queue-wait (1 s by
 // default), so its reported wait never gets there, however late the
-// answers. Nor is a stall the signature: a fleet that answers nothing
-// (every verifier frozen, paused, cut off) has no queue a clamp could
-// drain, though the calls whose deadlines pass in it look like wasted work;
-// a clamp set then, from a tick that measured no capacity, held admission
-// near one call for seconds after the verifiers came back (the fault
-// suite's pause: refusals for 2 s after the unpause).
+// answers.
 //
+// Evidence is a tick in which some verifier answered a call it hashed
+// (which reports its queue wait). A tick without one is no evidence either
+// way: slow hashes answer in waves, and a fleet that answers nothing is
+// stalled (every verifier frozen, paused, cut off), not congested — its
+// calls expire, which looks like wasted work, but there is no queue a clamp
+// could drain, and a clamp set from a tick that measured no capacity held
+// admission near one call for 2 s after a pause of every verifier ended.
+// More than EngageAfter such ticks in a row forget the signature seen
+// before them. So a stall neither engages the autopilot nor tightens its
+// clamp; engaged, it ramps through one towards standing down. The price: a
+// fleet whose every call expires while a verifier works on it, without a
+// single answer, looks stalled too; Levee's verifiers refuse and drop what
+// they cannot finish in time, so while they work, some calls finish in time
+// and are answered.//
 // Engaged, it cuts calls older than the client timeout (their callers have
 // left: finishing them is pure waste), shortens forwarded deadlines to what
 // a caller still waits for, clamps admission to ClampFraction of the
@@ -142,7 +150,6 @@ type autopilot struct {
 
 	// Fed by the request path, read and reset each tick.
 	answers    atomic.Int64 // calls a verifier worked on: answered, or the caller's deadline passed meanwhile
-	answered   atomic.Int64 // of them, answered
 	fast       atomic.Int64 // of them, answered within the client timeout of arrival
 	waitSum    atomic.Int64 // reported queue wait, µs
 	serviceSum atomic.Int64 // reported service time, µs
@@ -151,6 +158,7 @@ type autopilot struct {
 
 	// Loop state, owned by run.
 	bad, calm      int
+	quiet          int // ticks in a row without evidence, before engaging
 	clamp          float64
 	lastThroughput float64 // the previous tick's
 	rate           float64 // throughput over the last two ticks
@@ -180,11 +188,7 @@ func (a *autopilot) sawInflight(n int) {
 // while it was forwarded). Refusals are not counted.
 func (a *autopilot) sawWork(took time.Duration, answered bool) {
 	a.answers.Add(1)
-	if !answered {
-		return
-	}
-	a.answered.Add(1)
-	if took <= a.clientTimeout() {
+	if answered && took <= a.clientTimeout() {
 		a.fast.Add(1)
 	}
 }
@@ -206,13 +210,12 @@ type signals struct {
 	busy       float64       // calls being hashed on average (Little's law)
 	peak       int           // most calls in flight
 	answers    int64         // calls worked on
-	answered   int64         // of them, answered
 }
 
 func (a *autopilot) read(tick time.Duration) signals {
-	answers, answered, fast := a.answers.Swap(0), a.answered.Swap(0), a.fast.Swap(0)
+	answers, fast := a.answers.Swap(0), a.fast.Swap(0)
 	waitSum, serviceSum, reports := a.waitSum.Swap(0), a.serviceSum.Swap(0), a.reports.Swap(0)
-	s := signals{answers: answers, answered: answered, peak: int(a.peak.Swap(int64(a.g.limiter.InFlight())))}
+	s := signals{answers: answers, peak: int(a.peak.Swap(int64(a.g.limiter.InFlight())))}
 	s.throughput = float64(answers) / tick.Seconds()
 	if answers > 0 {
 		s.goodput = float64(fast) / float64(answers)
@@ -240,15 +243,14 @@ func (a *autopilot) run(ctx context.Context) {
 }
 
 // congested reports whether s shows the metastable signature (see
-// autopilot). A tick whose answers reported no queue wait presumes the
-// queue stands, since the fleet kept its other calls past the client
-// timeout. A tick in which no verifier answered anything is not the
-// signature: the fleet is stalled, not busy.
+// autopilot). A tick in which no answer reported a queue wait (it reads
+// zero) does not: the fleet answered no hashed call, so it is stalled, not
+// busy.
 func (a *autopilot) congested(s signals) bool {
-	return s.answered > 0 &&
+	return s.answers > 0 &&
 		s.goodput < a.cfg.GoodputBelow &&
 		a.rate >= 0.5*a.peakThroughput &&
-		(s.queueWait > a.cfg.RampQueueWait || !s.waitKnown)
+		s.queueWait > a.cfg.RampQueueWait
 }
 
 func (a *autopilot) tick(s signals) {
@@ -267,13 +269,15 @@ func (a *autopilot) tick(s signals) {
 		return
 	}
 	if !a.engaged.Load() {
-		if s.answered == 0 {
-			// No call answered this tick: no evidence either way. Slow
-			// hashes answer in waves, and a quiet tick between two
-			// congested ones is not the signature gone; nor are calls
-			// only expiring (a stall) the signature.
+		if !s.waitKnown {
+			// No verifier answered a hashed call: no evidence either way
+			// (see autopilot), unless it lasts.
+			if a.quiet++; a.quiet > a.cfg.EngageAfter {
+				a.bad = 0
+			}
 			return
 		}
+		a.quiet = 0
 		if !a.congested(s) {
 			a.bad = 0
 			return

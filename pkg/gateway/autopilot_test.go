@@ -236,14 +236,15 @@ func TestAutopilotHasNoDeadBand(t *testing.T) {
 	gw.waitServing(t, 1)
 	a := gw.g.auto
 	ap := cfg.Autopilot
-	congested := signals{answers: 100, answered: 100, throughput: 100, goodput: 0.1, queueWait: 3 * ap.ClientTimeout, busy: 4, peak: 10}
+	congested := signals{answers: 100, throughput: 100, goodput: 0.1, queueWait: 3 * ap.ClientTimeout, waitKnown: true,
+		busy: 4, peak: 10}
 	for range ap.EngageAfter {
 		a.tick(congested)
 	}
 	if !a.engaged.Load() {
 		t.Fatalf("not engaged after %d congested ticks", ap.EngageAfter)
 	}
-	between := signals{answers: 100, answered: 100, throughput: 100, goodput: 0.9, queueWait: (ap.RampQueueWait + ap.ClientTimeout) / 2,
+	between := signals{answers: 100, throughput: 100, goodput: 0.9, queueWait: (ap.RampQueueWait + ap.ClientTimeout) / 2,
 		busy: 4, peak: 1 << 20}
 	for i := range 1000 {
 		a.tick(between)
@@ -262,7 +263,8 @@ func TestAutopilotHasNoDeadBand(t *testing.T) {
 // A stall is not the metastable signature. Ticks in which calls only expire
 // (forwarded, no verifier answering: every verifier paused) neither engage
 // the autopilot nor, once it is engaged, tighten its clamp; and such a tick
-// between two congested ones is no evidence either way, as a quiet tick is.
+// between two congested ones is no evidence either way, as a quiet tick is;
+// a longer stall forgets the congested ticks before it.
 // Before, a 10 s pause of every verifier engaged it with a clamp of one call
 // (the stall measured no capacity), and its ramp held admission back for
 // 2 s after the unpause.
@@ -276,13 +278,29 @@ func TestAutopilotTreatsAStallAsNoEvidence(t *testing.T) {
 	a := gw.g.auto
 	ap := cfg.Autopilot
 	stalled := signals{answers: 100, throughput: 100, peak: 10}
-	congested := signals{answers: 100, answered: 100, throughput: 100, goodput: 0.1, queueWait: 3 * ap.ClientTimeout,
+	congested := signals{answers: 100, throughput: 100, goodput: 0.1, queueWait: 3 * ap.ClientTimeout,
 		waitKnown: true, busy: 4, peak: 10}
 	for range 3 * ap.EngageAfter {
 		a.tick(stalled)
 	}
 	if a.engaged.Load() {
 		t.Fatalf("engaged by %d ticks of a stall", 3*ap.EngageAfter)
+	}
+	// A stall longer than EngageAfter ticks forgets the congested ticks
+	// before it: the first ticks after a stall are not the signature's
+	// continuation.
+	for range ap.EngageAfter - 1 {
+		a.tick(congested)
+	}
+	for range ap.EngageAfter + 1 {
+		a.tick(stalled)
+	}
+	a.tick(congested)
+	if a.engaged.Load() {
+		t.Fatalf("engaged by one congested tick after a stall of %d ticks", ap.EngageAfter+1)
+	}
+	for range ap.EngageAfter + 1 { // no evidence, and the count starts again
+		a.tick(stalled)
 	}
 	for i := range ap.EngageAfter {
 		a.tick(congested)
@@ -293,6 +311,7 @@ func TestAutopilotTreatsAStallAsNoEvidence(t *testing.T) {
 	if !a.engaged.Load() {
 		t.Fatalf("not engaged after %d congested ticks with stalled ones between", ap.EngageAfter)
 	}
+	// Once engaged, the stall ticks below must not tighten the clamp.
 	clamp := a.clamp
 	for range 3 {
 		a.tick(stalled)

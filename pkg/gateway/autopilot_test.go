@@ -221,6 +221,26 @@ func TestAutopilotRecoversMetastableFleet(t *testing.T) {
 	}
 }
 
+// handTicked starts a gateway over one verifier with its autopilot on and
+// ticking only when the test calls tick.
+func handTicked(t *testing.T) (*autopilot, *testGateway, AutopilotConfig) {
+	t.Helper()
+	v := startVerifier(t, nil)
+	cfg := gatewayConfig(v.addr)
+	cfg.Autopilot.Enabled = true
+	cfg.Autopilot.Tick = time.Hour // the test ticks it by hand
+	gw := startGateway(t, cfg)
+	gw.waitServing(t, 1)
+	return gw.g.auto, gw, cfg.Autopilot
+}
+
+// congestedTick is a tick showing the metastable signature: answers mostly
+// late, a standing queue, throughput held.
+func congestedTick(ap AutopilotConfig) signals {
+	return signals{answers: 100, throughput: 100, goodput: 0.1, queueWait: 3 * ap.ClientTimeout, waitKnown: true,
+		busy: 4, peak: 10}
+}
+
 // Once engaged, the autopilot has no dead band: with queue wait between its
 // ramp threshold and the client timeout (the signature gone, the queue not
 // yet short) and the clamp binding every tick, it keeps ramping and stands
@@ -228,16 +248,8 @@ func TestAutopilotRecoversMetastableFleet(t *testing.T) {
 // tick, and stayed engaged for as long as the queue sat there (1,000 ticks
 // and more).
 func TestAutopilotHasNoDeadBand(t *testing.T) {
-	v := startVerifier(t, nil)
-	cfg := gatewayConfig(v.addr)
-	cfg.Autopilot.Enabled = true
-	cfg.Autopilot.Tick = time.Hour // the test ticks it by hand
-	gw := startGateway(t, cfg)
-	gw.waitServing(t, 1)
-	a := gw.g.auto
-	ap := cfg.Autopilot
-	congested := signals{answers: 100, throughput: 100, goodput: 0.1, queueWait: 3 * ap.ClientTimeout, waitKnown: true,
-		busy: 4, peak: 10}
+	a, gw, ap := handTicked(t)
+	congested := congestedTick(ap)
 	for range ap.EngageAfter {
 		a.tick(congested)
 	}
@@ -269,17 +281,9 @@ func TestAutopilotHasNoDeadBand(t *testing.T) {
 // (the stall measured no capacity), and its ramp held admission back for
 // 2 s after the unpause.
 func TestAutopilotTreatsAStallAsNoEvidence(t *testing.T) {
-	v := startVerifier(t, nil)
-	cfg := gatewayConfig(v.addr)
-	cfg.Autopilot.Enabled = true
-	cfg.Autopilot.Tick = time.Hour // the test ticks it by hand
-	gw := startGateway(t, cfg)
-	gw.waitServing(t, 1)
-	a := gw.g.auto
-	ap := cfg.Autopilot
+	a, _, ap := handTicked(t)
 	stalled := signals{answers: 100, throughput: 100, peak: 10}
-	congested := signals{answers: 100, throughput: 100, goodput: 0.1, queueWait: 3 * ap.ClientTimeout,
-		waitKnown: true, busy: 4, peak: 10}
+	congested := congestedTick(ap)
 	for range 3 * ap.EngageAfter {
 		a.tick(stalled)
 	}

@@ -323,6 +323,14 @@ func TestAutopilotTreatsAStallAsNoEvidence(t *testing.T) {
 	if a.clamp < clamp {
 		t.Errorf("clamp tightened from %.1f to %.1f by ticks of a stall", clamp, a.clamp)
 	}
+	// The way back when the stall outlasts the engagement and no answer ever
+	// comes: the clamp ramps through it to the ceiling and stands down.
+	for i := 0; a.engaged.Load(); i++ {
+		if i == 1000 {
+			t.Fatalf("still engaged after 1,000 ticks of a stall (clamp %.1f)", a.clamp)
+		}
+		a.tick(stalled)
+	}
 }
 
 // slowVerifier answers every call after answerIn, reporting what a verifier

@@ -12,13 +12,16 @@ import (
 // "retry after N ms", and a negative or malformed value means "do not
 // retry". The others are a verifier's account of a call it ran: how long the
 // call waited for a worker and how long its hash took, in whole
-// microseconds, and how many policy hashes the node can start at once now
-// (its active workers, or fewer when its memory budget holds fewer).
+// microseconds, how many policy hashes the node can start at once now
+// (its active workers, or fewer when its memory budget holds fewer), and the
+// longest queue wait it admits an arrival to (its -max-queue-wait; absent
+// from a node that bounds no queue).
 const (
-	PushbackKey    = "grpc-retry-pushback-ms"
-	QueueWaitKey   = "levee-queue-wait-us"
-	ServiceTimeKey = "levee-service-us"
-	WorkersKey     = "levee-workers"
+	PushbackKey     = "grpc-retry-pushback-ms"
+	QueueWaitKey    = "levee-queue-wait-us"
+	ServiceTimeKey  = "levee-service-us"
+	WorkersKey      = "levee-workers"
+	MaxQueueWaitKey = "levee-max-queue-wait-us"
 )
 
 // maxPushback bounds a pushback read from the wire, so that converting it
@@ -32,14 +35,22 @@ type Served struct {
 	QueueWait time.Duration
 	Service   time.Duration
 	Workers   int
+	// MaxQueueWait is the node's bound on an arrival's projected queue
+	// wait; a node that sets none sends a MaxQueueWait ≤ 0, which the
+	// trailer omits.
+	MaxQueueWait time.Duration
 }
 
 // Trailer is s as the verifier sends it.
 func (s Served) Trailer() metadata.MD {
-	return metadata.Pairs(
+	md := metadata.Pairs(
 		QueueWaitKey, strconv.FormatInt(s.QueueWait.Microseconds(), 10),
 		ServiceTimeKey, strconv.FormatInt(s.Service.Microseconds(), 10),
 		WorkersKey, strconv.Itoa(s.Workers))
+	if s.MaxQueueWait > 0 {
+		md.Set(MaxQueueWaitKey, strconv.FormatInt(s.MaxQueueWait.Microseconds(), 10))
+	}
+	return md
 }
 
 // ServedFrom reads a verifier's account from a call's trailer.
@@ -48,7 +59,8 @@ func ServedFrom(md metadata.MD) Served {
 	if w > math.MaxInt32 {
 		w = -1
 	}
-	return Served{QueueWait: micros(md, QueueWaitKey), Service: micros(md, ServiceTimeKey), Workers: int(w)}
+	return Served{QueueWait: micros(md, QueueWaitKey), Service: micros(md, ServiceTimeKey), Workers: int(w),
+		MaxQueueWait: micros(md, MaxQueueWaitKey)}
 }
 
 // DoNotRetry is the pushback trailer that tells a caller not to retry: the

@@ -10,18 +10,24 @@ import (
 )
 
 func TestServedRoundTrip(t *testing.T) {
-	s := Served{QueueWait: 1500 * time.Microsecond, Service: 134 * time.Millisecond, Workers: 4}
+	s := Served{QueueWait: 1500 * time.Microsecond, Service: 134 * time.Millisecond, Workers: 4, MaxQueueWait: time.Second}
 	if got := ServedFrom(s.Trailer()); got != s {
 		t.Errorf("ServedFrom(Trailer()) = %+v, want %+v", got, s)
+	}
+	// A node with no queue bound sends none, and it reads as absent.
+	s.MaxQueueWait = 0
+	if got := ServedFrom(s.Trailer()); got.MaxQueueWait != -1 || got.Workers != 4 {
+		t.Errorf("ServedFrom(Trailer()) without a queue bound = %+v, want MaxQueueWait -1", got)
 	}
 	// Absent, repeated, negative, non-numeric and overflowing fields read as
 	// -1, each on its own.
 	for _, md := range []metadata.MD{
 		{},
-		{QueueWaitKey: {"1", "2"}, ServiceTimeKey: {"-5"}, WorkersKey: {"four"}},
-		{QueueWaitKey: {"99999999999999999999"}, ServiceTimeKey: {"9223372036854775807"}, WorkersKey: {"4294967296"}},
+		{QueueWaitKey: {"1", "2"}, ServiceTimeKey: {"-5"}, WorkersKey: {"four"}, MaxQueueWaitKey: {"1s"}},
+		{QueueWaitKey: {"99999999999999999999"}, ServiceTimeKey: {"9223372036854775807"}, WorkersKey: {"4294967296"},
+			MaxQueueWaitKey: {"-1000000"}},
 	} {
-		if got := ServedFrom(md); got != (Served{-1, -1, -1}) {
+		if got := ServedFrom(md); got != (Served{-1, -1, -1, -1}) {
 			t.Errorf("ServedFrom(%v) = %+v, want every field -1", md, got)
 		}
 	}

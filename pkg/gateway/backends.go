@@ -22,6 +22,7 @@ import (
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/internal/backoff"
 	"github.com/leveehq/levee/pkg/breaker"
+	"github.com/leveehq/levee/pkg/callmeta"
 )
 
 // backend is one verifier as the gateway sees it: a connection of its own,
@@ -36,37 +37,95 @@ type backend struct {
 	workers atomic.Int64 // its workers, from its last answer (0: not known, or forgotten)
 	workAt  atomic.Int64 // unix nanos of the last answer that said how many
 	queue   atomic.Int64 // calls it may hold beyond its workers (see Gateway.fitQueues)
-	// queueSizes holds the queue sizes its service times asked for over
-	// the last seconds (see fitQueue).
-	queueSizes maxWindow
-	serving    atomic.Bool  // last word of its health stream
-	service    serviceTimes // its recent service times, for the capacity estimate and its queue
-	answers    answerCounts // its recent answers, good and bad, for outlier ejection
-	eject      ejection     // whether, and until when, it is ejected as an outlier
-	retired    atomic.Bool  // left the membership; never picked again
+	// maxWait is the longest queue wait it admits an arrival to, in
+	// nanoseconds, from its last answer (0: not reported, or forgotten with
+	// the worker count).
+	maxWait atomic.Int64
+	// queueSizes and burstSizes hold the standing and burst queue sizes its
+	// service times asked for over the last seconds (see fitQueue).
+	queueSizes, burstSizes maxWindow
+	// standingQueue is the standing size fitQueue last set; standing says
+	// its queue stood above that for a whole second and has not drained
+	// since; lowPending is the fewest calls it held after a release in the
+	// current second, plus one (0: no release yet). See judgeStanding.
+	standingQueue atomic.Int64
+	standing      atomic.Bool
+	lowPending    atomic.Int64
+	serving       atomic.Bool  // last word of its health stream
+	service       serviceTimes // its recent service times, for the capacity estimate and its queue
+	answers       answerCounts // its recent answers, good and bad, for outlier ejection
+	eject         ejection     // whether, and until when, it is ejected as an outlier
+	retired       atomic.Bool  // left the membership; never picked again
 
 	stop context.CancelFunc
 	done chan struct{} // closed when its goroutine (health, then close) ends
 }
 
-// fitQueue sizes b's queue in time: what its workers finish in delay at
-// its median service time (queueFor), held at the largest size asked for
-// over the last seconds (queueSizes, rolled once a second by the
-// gateway's housekeeping, and emptied when the worker count changes: sizes
-// held for other workers would over-credit it). A burst of slow hashes — the host busy for a moment —
-// then takes no slots away from the next Poisson burst (the verifier's own
-// admission still bounds the wait, by its projections); a slowdown that
-// lasts shrinks the queue once the held sizes have rolled out. It reports
-// whether the size changed.
+// fitQueue sizes b's queue in time (see Gateway.fitQueues): the standing
+// size, what its workers finish in delay at its median service time
+// (queueFor), and the burst size, what they finish in the burst bound its
+// own queue bound allows (burstDelay); the burst size unless its queue
+// stands. Each is held at the largest asked for over the last seconds
+// (queueSizes and burstSizes, rolled once a second by the gateway's
+// housekeeping, and emptied when the worker count changes: sizes held for
+// other workers would over-credit it). A burst of slow hashes — the host
+// busy for a moment — then takes no slots away from the next Poisson burst
+// (the verifier's own admission still bounds the wait, by its projections);
+// a slowdown that lasts shrinks the queue once the held sizes have rolled
+// out. It reports whether the size changed.
 func (b *backend) fitQueue(delay time.Duration) bool {
-	q := queueFor(max(b.workers.Load(), 1), b.service.median(), delay)
-	b.queueSizes.add(q)
-	q = max(q, b.queueSizes.peek())
+	service := b.service.median()
+	workers := max(b.workers.Load(), 1)
+	standing := queueFor(workers, service, delay)
+	b.queueSizes.add(standing)
+	standing = max(standing, b.queueSizes.peek())
+	burst := queueFor(workers, service, burstDelay(delay, time.Duration(b.maxWait.Load()), service))
+	b.burstSizes.add(burst)
+	burst = max(burst, b.burstSizes.peek(), standing)
+	b.standingQueue.Store(standing)
+	q := burst
+	if b.standing.Load() {
+		q = standing
+	}
 	return b.queue.Swap(q) != q
+}
+
+// judgeStanding is CoDel's standing-queue test on the calls the gateway
+// holds at b, once a second (the gateway's housekeeping, before fitQueues):
+// when even the fewest it held in the second just ended were more than its
+// workers plus its standing queue, the queue stood there the whole second,
+// which no burst of a healthy load does, and b gets the standing size until
+// its queue drains — a second in which, at some moment, no call waited
+// behind its workers. A second with no call released is no evidence either
+// way (a stalled verifier is neither judged standing nor drained). The way
+// back does not need the traffic the smaller size refuses: the calls it
+// still admits come back and drain it.
+func (b *backend) judgeStanding() {
+	low := b.lowPending.Swap(0) - 1
+	if low < 0 {
+		return
+	}
+	workers := max(b.workers.Load(), 1)
+	switch {
+	case low > workers+b.standingQueue.Load():
+		b.standing.Store(true)
+	case low <= workers:
+		b.standing.Store(false)
+	}
 }
 
 // eligible reports whether b may be picked at all (its breaker aside).
 func (b *backend) eligible() bool { return b.serving.Load() && !b.retired.Load() }
+
+// saw records what an answer says of the verifier itself, its worker count
+// and its queue bound, and reports whether either changed.
+func (b *backend) saw(s callmeta.Served) bool {
+	changed := s.Workers > 0 && b.sawWorkers(int64(s.Workers))
+	if s.MaxQueueWait > 0 && b.maxWait.Swap(int64(s.MaxQueueWait)) != int64(s.MaxQueueWait) {
+		changed = true
+	}
+	return changed
+}
 
 // sawWorkers records an answer's worker count and reports whether it changed.
 // Sizes held for another worker count are forgotten.
@@ -76,14 +135,18 @@ func (b *backend) sawWorkers(w int64) bool {
 		return false
 	}
 	b.queueSizes.reset()
+	b.burstSizes.reset()
 	return true
 }
 
 // expireWorkers forgets a worker count that no answer confirmed for
-// workersTTL, and the queue sizes held for it.
+// workersTTL, the queue sizes held for it, and the queue bound: a verifier
+// that only refuses is credited with neither.
 func (b *backend) expireWorkers(now time.Time) {
 	if at := b.workAt.Load(); at != 0 && now.UnixNano()-at > int64(workersTTL) && b.workers.Swap(0) != 0 {
 		b.queueSizes.reset()
+		b.burstSizes.reset()
+		b.maxWait.Store(0)
 	}
 }
 
@@ -125,7 +188,15 @@ func (b *backend) reserve(extra int64) bool {
 }
 
 // release gives back a slot taken by reserve, once the call was sent.
-func (b *backend) release() { b.pending.Add(-1) }
+func (b *backend) release() {
+	n := b.pending.Add(-1) + 1 // stored plus one: zero means no release yet
+	for {
+		low := b.lowPending.Load()
+		if (low != 0 && n >= low) || b.lowPending.CompareAndSwap(low, n) {
+			return
+		}
+	}
+}
 
 // unsent gives back a slot and the breaker's admission of a call that pick
 // chose b for and that was refused before it was sent: a half-open

@@ -317,7 +317,7 @@ func (g *Gateway) hop(ctx context.Context, inflight *inflightCall, b *backend, f
 	err = fn(octx, b.client, grpc.Trailer(&trailer))
 	b.release()
 	served := callmeta.ServedFrom(trailer)
-	if served.Workers > 0 && b.sawWorkers(int64(served.Workers)) {
+	if b.saw(served) {
 		b.fitQueue(g.cfg.VerifierQueueDelay)
 		g.fitCeiling()
 	}

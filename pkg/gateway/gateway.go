@@ -303,7 +303,11 @@ func (g *Gateway) housekeep(ctx context.Context) {
 	for {
 		g.ejectOutliers(time.Now())
 		for _, b := range g.backends.list() {
-			b.queueSizes.roll() // once a second, here only: the hold is in seconds
+			// Once a second, here only: the holds are in seconds, and so is
+			// the standing-queue test.
+			b.queueSizes.roll()
+			b.burstSizes.roll()
+			b.judgeStanding()
 		}
 		g.fitQueues()
 		g.fitCeiling()

@@ -85,7 +85,7 @@ func TestQueueByTimeAnswersBursts(t *testing.T) {
 	}
 }
 
-// The limiter aims at twice the wait the verifiers' queues allow (the queue
+// The limiter aims at twice the wait the verifiers' standing queues allow (the queue
 // delay plus one service time of the slowest serving verifier) when that is
 // longer than its configured target, capped at the client timeout.
 func TestQueueTargetFollowsServiceTime(t *testing.T) {
@@ -111,6 +111,158 @@ func TestQueueTargetFollowsServiceTime(t *testing.T) {
 	}
 	if got, want := gw.g.queueTarget(), cfg.Autopilot.ClientTimeout; got != want {
 		t.Errorf("target %v with a verifier at an hour, want the cap %v", got, want)
+	}
+}
+
+// burstDelay lets a verifier's queue hold what the verifier itself admits,
+// less one service time, when that is longer than the delay.
+func TestBurstDelay(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		delay, bound, service, want time.Duration
+	}{
+		{500 * ms, time.Second, 150 * ms, 850 * ms},
+		{500 * ms, 0, 150 * ms, 500 * ms},        // no bound reported
+		{500 * ms, time.Second, 0, 500 * ms},     // no answer yet
+		{500 * ms, 400 * ms, 150 * ms, 500 * ms}, // a bound below the delay: the delay stands
+		{0, time.Second, 150 * ms, 0},            // no queue
+		{500 * ms, time.Second, 2 * time.Second, 500 * ms},
+	} {
+		if got := burstDelay(c.delay, c.bound, c.service); got != c.want {
+			t.Errorf("burstDelay(delay %v, bound %v, service %v) = %v, want %v", c.delay, c.bound, c.service, got, c.want)
+		}
+	}
+}
+
+// A burst queues at a verifier up to what the verifier itself admits (its
+// MaxQueueWait, reported in its answers) rather than only up to the
+// gateway's queue delay: ten calls at once at a one-worker verifier are all
+// answered. Sized by the delay alone (100 ms, two to five calls of 20–60 ms)
+// the gateway refused some of them, which a naive client's retries
+// then met again in the same full queue. A bound the verifier stops
+// reporting is forgotten with its worker count.
+func TestBurstQueuesUpToTheVerifiersBound(t *testing.T) {
+	v := startVerifier(t, func(c *verifier.Config) {
+		c.Workers = 1
+		c.MaxQueueWait = time.Second
+	})
+	cfg := gatewayConfig(v.addr)
+	cfg.VerifierQueueDelay = 100 * time.Millisecond
+	gw := startGateway(t, cfg)
+	gw.waitServing(t, 1)
+	v.slow(t, 20)
+	stored := storedHash("pw", 256, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for range serviceSamples { // a median of warm hashes
+		if _, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := gw.g.backends.list()[0]
+	if got := time.Duration(b.maxWait.Load()); got != time.Second {
+		t.Fatalf("queue bound learnt from the answers: %v, want the verifier's 1s", got)
+	}
+	service := b.service.median()
+	t.Logf("service %v: %d slots", service, b.slots(0))
+	const burst = 10
+	if service > 90*time.Millisecond {
+		t.Fatalf("service time %v: too slow for %d calls to fit the verifier's 1s bound", service, burst)
+	}
+
+	var wg sync.WaitGroup
+	var results tally
+	for range burst {
+		wg.Go(func() {
+			_, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")})
+			results.add(code(err).String())
+		})
+	}
+	wg.Wait()
+	if got := results.get("OK"); got != burst {
+		t.Errorf("%d of a burst of %d answered (%v), want all: the verifier's bound holds them", got, burst, results.snapshot())
+	}
+
+	b.expireWorkers(time.Now().Add(workersTTL + time.Second))
+	if got := b.maxWait.Load(); got != 0 {
+		t.Errorf("queue bound %v after the worker count expired, want forgotten", time.Duration(got))
+	}
+}
+
+// Under overload the queue at a verifier is held near the delay, not at the
+// burst bound: with a closed loop of callers far above capacity, the
+// verifier's queue stands, the gateway gives it the standing size, and the
+// queue wait it reported averaged well under half of its 1 s bound. Without
+// the standing-queue test the queue stood near the bound, cut back only by
+// the limiter and the verifier's own refusals.
+func TestStandingQueueHeldToTheDelay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load test; runs in the full suite")
+	}
+	v := startVerifier(t, func(c *verifier.Config) {
+		c.Workers = 1
+		c.MaxQueueWait = time.Second
+	})
+	cfg := gatewayConfig(v.addr)
+	cfg.VerifierQueueDelay = 100 * time.Millisecond
+	gw := startGateway(t, cfg)
+	gw.waitServing(t, 1)
+	v.slow(t, 40)
+	stored := storedHash("pw", 256, 1)
+	gw.learnService(t, stored)
+	t.Logf("service %v: %d slots, limiter target %v", gw.g.backends.list()[0].service.median(),
+		gw.g.backends.list()[0].slots(0), gw.g.limiter.Target())
+	waits := func() (sum float64, n uint64) {
+		mfs, err := gw.g.cfg.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "levee_gateway_verifier_queue_wait_seconds" {
+				h := mf.GetMetric()[0].GetHistogram()
+				return h.GetSampleSum(), h.GetSampleCount()
+			}
+		}
+		t.Fatal("no queue wait histogram")
+		return 0, 0
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Settling: the burst size fills, the housekeeping judges the queue
+	// standing within a second or two, and what the burst size let in
+	// drains (newest first, so the oldest of it waits seconds).
+	settle := time.Now().Add(5 * time.Second)
+	end := settle.Add(3 * time.Second)
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+				_, err := gw.client.Verify(cctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")})
+				ccancel()
+				if err != nil {
+					time.Sleep(50 * time.Millisecond) // refused: come back soon, not in a spin
+				}
+			}
+		})
+	}
+	time.Sleep(time.Until(settle))
+	sum0, n0 := waits()
+	wg.Wait()
+	sum1, n1 := waits()
+	n := n1 - n0
+	if n < 20 {
+		t.Fatalf("only %d calls answered after settling", n)
+	}
+	mean := time.Duration((sum1 - sum0) / float64(n) * float64(time.Second))
+	b := gw.g.backends.list()[0]
+	t.Logf("after settling: %d answered, mean queue wait %v; queue %d (standing %v); limit %d", n, mean, b.queue.Load(), b.standing.Load(), gw.g.limiter.Limit())
+	if !b.standing.Load() || b.queue.Load() != b.standingQueue.Load() {
+		t.Errorf("queue %d under overload, want the standing size %d", b.queue.Load(), b.standingQueue.Load())
+	}
+	if mean > 400*time.Millisecond {
+		t.Errorf("mean queue wait %v under overload: the queue stood near the verifier's 1s bound, want it held near the %v delay", mean, cfg.VerifierQueueDelay)
 	}
 }
 
@@ -145,7 +297,9 @@ func TestWorkerCountExpires(t *testing.T) {
 // its queue, is back after one window of answers. Nothing but traffic can
 // lower the median, so the floor is what keeps it from sticking.
 func TestPoisonedServiceTimeRecoversUnderTraffic(t *testing.T) {
-	v := startVerifier(t, nil)
+	// A bound of its own shorter than the poisoned median, so that the
+	// floor is the delay's one per worker, not a burst's queue.
+	v := startVerifier(t, func(c *verifier.Config) { c.MaxQueueWait = time.Second })
 	cfg := gatewayConfig(v.addr)
 	cfg.VerifierQueueDelay = 500 * time.Millisecond
 	gw := startGateway(t, cfg)
@@ -168,6 +322,7 @@ func TestPoisonedServiceTimeRecoversUnderTraffic(t *testing.T) {
 	// The current second and the ten before it are held.
 	for range len(b.queueSizes.ring) + 1 {
 		b.queueSizes.roll() // a second each, as the housekeeping does: the held sizes roll out
+		b.burstSizes.roll()
 		gw.g.fitQueues()
 	}
 	gw.g.fitCeiling()
@@ -215,5 +370,61 @@ func TestHeldQueueForgetsAnotherWorkerCount(t *testing.T) {
 	b.fitQueue(500 * time.Millisecond)
 	if got := b.queue.Load(); got != 50 {
 		t.Fatalf("queue after the worker count expired = %d, want 50 (one worker assumed)", got)
+	}
+}
+
+// judgeStanding, driven by hand: a second whose fewest calls held were
+// above the standing size gives the verifier that size; a second with no
+// call released changes nothing; a second in which the queue was no longer
+// than the workers gives the burst size back, and a second in between keeps
+// whichever size it had.
+func TestStandingQueueJudgedBySecond(t *testing.T) {
+	var b backend
+	b.sawWorkers(1)
+	b.maxWait.Store(int64(time.Second))
+	for range serviceSamples {
+		b.service.observe(100 * time.Millisecond)
+	}
+	const delay = 300 * time.Millisecond
+	b.fitQueue(delay)
+	standing, burst := b.standingQueue.Load(), b.queue.Load()
+	if standing != 3 || burst != 9 {
+		t.Fatalf("standing %d, burst %d at 100ms for 300ms and a 1s bound, want 3 and 9", standing, burst)
+	}
+	// hold leaves n calls at b and releases them down to low; then more
+	// arrive, and the second ends with one of those released: its fewest
+	// is low, not where it ended.
+	hold := func(n, low int64) {
+		b.pending.Store(n + 1)
+		for b.pending.Load() > low {
+			b.release()
+		}
+		b.pending.Add(4)
+		b.release()
+	}
+	second := func() int64 {
+		b.judgeStanding()
+		b.fitQueue(delay)
+		return b.queue.Load()
+	}
+
+	hold(8, 5) // a burst draining to 5: 1 worker and 4 queued, above the standing 3
+	if got := second(); got != standing {
+		t.Fatalf("queue %d after a second that never held fewer than 5, want the standing %d", got, standing)
+	}
+	if got := second(); got != standing {
+		t.Fatalf("queue %d after a second with no call released, want the standing %d still", got, standing)
+	}
+	hold(4, 2) // down to one queued behind the worker: not drained yet
+	if got := second(); got != standing {
+		t.Fatalf("queue %d after a second down to 2 held, want the standing %d still", got, standing)
+	}
+	hold(4, 1) // drained: nothing behind the worker at one moment
+	if got := second(); got != burst {
+		t.Fatalf("queue %d after the queue drained, want the burst %d back", got, burst)
+	}
+	hold(9, 4) // stood at the standing size, not above it
+	if got := second(); got != burst {
+		t.Fatalf("queue %d after a second at the standing size, want the burst %d still", got, burst)
 	}
 }

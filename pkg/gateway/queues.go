@@ -24,16 +24,17 @@ func (g *Gateway) fitCeiling() {
 }
 
 // queueTarget is the verifier queue wait the limiter aims for: the
-// configured target, or twice the wait the verifiers' queues are sized to
-// allow when that is longer (VerifierQueueDelay plus one service time of the
-// slowest serving verifier; capped at the typical client timeout).
-// Each verifier may queue at least one call per worker, and up to
-// VerifierQueueDelay of work (fitQueues): a queue wait within that is the
-// queue working as meant, not overload. A target at or below it would cut
-// the limit whenever the queue filled, and shed until no call ever waited,
-// the loss system the queue is there to avoid; above it, the limit still
-// falls when the verifiers' queues grow past what this gateway's slots
-// explain (other gateways' load, a slower node).
+// configured target, or twice the wait the verifiers' standing queues are
+// sized to allow when that is longer (VerifierQueueDelay plus one service
+// time of the slowest serving verifier; capped at the typical client
+// timeout). Each verifier may queue at least one call per worker, and up to
+// VerifierQueueDelay of work while its queue stands, more in a burst
+// (fitQueues): a queue wait within that is the queue working as meant, not
+// overload. A target at or below it would cut the limit whenever the queue
+// filled, and shed until no call ever waited, the loss system the queue is
+// there to avoid; above it, the limit still falls when the verifiers'
+// queues grow past what this gateway's slots explain (other gateways' load,
+// a slower node).
 func (g *Gateway) queueTarget() time.Duration {
 	target := g.cfg.Admission.TargetQueueWait
 	for _, b := range g.backends.list() {
@@ -47,16 +48,23 @@ func (g *Gateway) queueTarget() time.Duration {
 	return target
 }
 
-// fitQueues sizes each verifier's queue in time: as many calls as its
-// workers finish in Config.VerifierQueueDelay at its median service time,
-// and at least one per worker (a burst waits one service time at most,
-// rather than being refused as by a loss system), or none when the delay is
-// zero. A worker count no answer has confirmed for workersTTL is forgotten
-// (a verifier that only refuses, or restarted smaller, is not credited with
-// the workers it once had). Until a verifier has answered, its service time is unknown and it
-// gets the one per worker. It runs once a second and when a verifier reports
-// a new worker count (and each answer refits its own verifier); the
-// limiter's ceiling follows (fitCeiling).
+// fitQueues sizes each verifier's queue in time, CoDel's split of a burst
+// bound from a standing-queue target. While its queue does not stand, a
+// verifier may queue as many calls as its workers finish at its median
+// service time in the burst bound its own queue bound allows (burstDelay),
+// so that a Poisson burst waits instead of being refused; once its queue
+// has stood above Config.VerifierQueueDelay's worth for a whole second (the
+// fewest calls it held in that second were more), only that many, until
+// its queue drains (see backend.judgeStanding). Either size is at least one
+// call per worker (a burst waits one service time at most, rather than
+// being refused as by a loss system), or none when the delay is zero. A
+// worker count no answer has confirmed for workersTTL is forgotten, with the
+// queue bound (a verifier that only refuses, or restarted smaller, is not
+// credited with the workers it once had). Until a verifier has answered,
+// its service time is unknown and it gets the one per worker. It runs once a
+// second and when a verifier reports a new worker count or queue bound (and
+// each answer refits its own verifier); the limiter's ceiling follows
+// (fitCeiling).
 func (g *Gateway) fitQueues() {
 	delay := g.cfg.VerifierQueueDelay
 	now := time.Now()
@@ -64,6 +72,19 @@ func (g *Gateway) fitQueues() {
 		b.expireWorkers(now)
 		b.fitQueue(delay)
 	}
+}
+
+// burstDelay is how much work a verifier's queue may hold: delay, or, when
+// the verifier reported its own queue bound (its -max-queue-wait), that
+// bound less one service time if longer. The service time is slack for the
+// verifier's projection, which it makes from its own cost estimate, so that
+// the burst's last call is not refused as over the bound. A zero delay
+// stays zero: no queue.
+func burstDelay(delay, bound, service time.Duration) time.Duration {
+	if delay <= 0 || bound <= 0 || service <= 0 {
+		return delay
+	}
+	return max(delay, bound-service)
 }
 
 // queueFor is fitQueues' arithmetic for one verifier.

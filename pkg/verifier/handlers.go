@@ -145,7 +145,8 @@ func (s *Server) runCost(ctx context.Context, rpc string, h *verify.Hash, cost t
 	// handler asked for its recorder: admitted calls only, so that the shed
 	// path builds no report (out-of-band reports still carry the load).
 	orca.CallMetricsRecorderFromContext(ctx)
-	_ = grpc.SetTrailer(ctx, callmeta.Served{QueueWait: res.Wait, Service: res.Service, Workers: s.slots()}.Trailer())
+	_ = grpc.SetTrailer(ctx, callmeta.Served{QueueWait: res.Wait, Service: res.Service, Workers: s.slots(),
+		MaxQueueWait: s.queueBound()}.Trailer())
 	s.metrics.queueWait.WithLabelValues(rpc).Observe(res.Wait.Seconds())
 	s.metrics.service.WithLabelValues(alg).Observe(res.Service.Seconds())
 	// Learn only from what measured the node's speed for a caller who
@@ -170,6 +171,17 @@ func (s *Server) slots() int {
 		return int(min(int64(st.Active), max(st.MemoryBudget/m, 1)))
 	}
 	return st.Active
+}
+
+// queueBound is the longest projected queue wait the node admits an arrival
+// to, as its answers report it (callmeta.Served.MaxQueueWait): the gateway
+// lets a burst queue up to it. Zero for an unguarded node, which bounds
+// nothing.
+func (s *Server) queueBound() time.Duration {
+	if s.cfg.Unguarded {
+		return 0
+	}
+	return s.cfg.MaxQueueWait
 }
 
 // Refusals are built once: the shed path formats nothing.

@@ -97,15 +97,22 @@ func (b *backend) fitQueue(delay time.Duration) bool {
 // which no burst of a healthy load does, and b gets the standing size until
 // its queue drains — a second in which, at some moment, no call waited
 // behind its workers. A second with no call released is no evidence either
-// way (a stalled verifier is neither judged standing nor drained). The way
-// back does not need the traffic the smaller size refuses: the calls it
-// still admits come back and drain it.
+// way (a stalled verifier is neither judged standing nor drained), unless
+// the gateway holds no more calls there than it has workers: idle is
+// drained. The way back does not need the traffic the smaller size refuses:
+// the calls it still admits come back and drain it, and with no traffic at
+// all it is idle.
 func (b *backend) judgeStanding() {
+	workers := max(b.workers.Load(), 1)
 	low := b.lowPending.Swap(0) - 1
 	if low < 0 {
+		// No call came back. Idle (nothing held beyond its workers) is
+		// drained; anything else, a stall say, is no evidence.
+		if b.pending.Load() <= workers {
+			b.standing.Store(false)
+		}
 		return
 	}
-	workers := max(b.workers.Load(), 1)
 	switch {
 	case low > workers+b.standingQueue.Load():
 		b.standing.Store(true)

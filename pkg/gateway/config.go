@@ -57,13 +57,17 @@ type Config struct {
 	Deadline deadline.Config
 	// Admission configures the edge concurrency limiter.
 	Admission admission.Config
-	// VerifierQueueDelay bounds in time the queue the gateway lets form at
+	// VerifierQueueDelay bounds in time the queue the gateway lets stand at
 	// each verifier beyond its workers (which each verifier reports in its
 	// answers): as many calls as its workers finish in this long at its
-	// median service time, at least one per worker, so that a burst waits
-	// briefly instead of being refused (a verifier with no queue at all is a
-	// loss system: at 60 % utilisation it refuses a quarter of the calls).
-	// Zero: no queue. Critical first attempts may use one slot more.
+	// median service time, at least one per worker. A burst may queue
+	// longer, up to the verifier's own reported bound less one service time,
+	// until the queue has stood above this size for a whole second (see
+	// Gateway.fitQueues): so that a burst waits briefly instead of being
+	// refused (a verifier with no queue at all is a loss system: at 60 %
+	// utilisation it refuses a quarter of the calls), and an overload's
+	// queue waits no longer than this. Zero: no queue at all. Critical
+	// first attempts may use one slot more.
 	VerifierQueueDelay time.Duration
 	// Breaker configures each verifier's circuit breaker.
 	Breaker breaker.Config

@@ -93,6 +93,8 @@ type metrics struct {
 	vEjections   *prometheus.GaugeVec // by verifier: ejections so far
 	vFraction    *prometheus.GaugeVec // by verifier: breaker's admitted fraction
 	vServing     *prometheus.GaugeVec // by verifier
+	vSlots       *prometheus.GaugeVec // by verifier
+	vStanding    *prometheus.GaugeVec // by verifier
 	vResults     *prometheus.CounterVec
 	labelsMu     sync.Mutex
 	labelled     map[string]bool
@@ -181,6 +183,14 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 			Name: "levee_gateway_verifier_serving",
 			Help: "1 while the verifier's health stream says SERVING.",
 		}, []string{"verifier"}),
+		vSlots: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "levee_gateway_verifier_slots",
+			Help: "Calls the gateway may hold at the verifier at once: its workers and the queue it may form (critical slot aside).",
+		}, []string{"verifier"}),
+		vStanding: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "levee_gateway_verifier_queue_standing",
+			Help: "1 while the verifier's queue is held to the queue delay's size because it stood above it for a whole second; 0 while a burst may queue up to the verifier's own bound.",
+		}, []string{"verifier"}),
 		vResults: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "levee_gateway_verifier_results_total",
 			Help: "Hops per verifier by result: ok, overloaded, failure, other.",
@@ -212,7 +222,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 	}
 	reg.MustRegister(admitted, goodput, late, failed, refused, m.invalid, m.fleetRetries, m.fleetNoBudget,
 		m.verifierWait, m.forwardLatency, m.retryRatio, m.configErrors, m.autoEngaged, m.autoActions, m.autoFlushed,
-		m.vOutstanding, m.vBreaker, m.vEjected, m.vEjections, m.vFraction, m.vServing, m.vResults,
+		m.vOutstanding, m.vBreaker, m.vEjected, m.vEjections, m.vFraction, m.vServing, m.vSlots, m.vStanding, m.vResults,
 		lim("levee_gateway_limit", "Effective concurrency limit: min(adaptive, ceiling, clamp, autopilot clamp).",
 			func(s admission.Snapshot) float64 { return float64(s.Limit) }),
 		lim("levee_gateway_limit_adaptive", "The adaptive limiter's own limit.",
@@ -256,6 +266,8 @@ func (m *metrics) observeVerifiers(list []*backend) {
 			serving = 1
 		}
 		m.vServing.WithLabelValues(b.addr).Set(serving)
+		m.vSlots.WithLabelValues(b.addr).Set(float64(b.slots(0)))
+		m.vStanding.WithLabelValues(b.addr).Set(b2f(b.standing.Load()))
 	}
 	for addr := range m.labelled {
 		if !seen[addr] {
@@ -266,6 +278,8 @@ func (m *metrics) observeVerifiers(list []*backend) {
 			m.vEjected.DeleteLabelValues(addr)
 			m.vEjections.DeleteLabelValues(addr)
 			m.vServing.DeleteLabelValues(addr)
+			m.vSlots.DeleteLabelValues(addr)
+			m.vStanding.DeleteLabelValues(addr)
 			m.vResults.DeletePartialMatch(prometheus.Labels{"verifier": addr})
 		}
 	}

@@ -375,9 +375,10 @@ func TestHeldQueueForgetsAnotherWorkerCount(t *testing.T) {
 
 // judgeStanding, driven by hand: a second whose fewest calls held were
 // above the standing size gives the verifier that size; a second with no
-// call released changes nothing; a second in which the queue was no longer
-// than the workers gives the burst size back, and a second in between keeps
-// whichever size it had.
+// call released changes nothing while calls are held (a stall); a second in
+// which the queue was no longer than the workers gives the burst size back,
+// as does a second idle, and a second in between keeps whichever size it
+// had.
 func TestStandingQueueJudgedBySecond(t *testing.T) {
 	var b backend
 	b.sawWorkers(1)
@@ -426,5 +427,13 @@ func TestStandingQueueJudgedBySecond(t *testing.T) {
 	hold(9, 4) // stood at the standing size, not above it
 	if got := second(); got != burst {
 		t.Fatalf("queue %d after a second at the standing size, want the burst %d still", got, burst)
+	}
+	hold(8, 5)
+	if got := second(); got != standing {
+		t.Fatalf("queue %d after a second that never held fewer than 5, want the standing %d", got, standing)
+	}
+	b.pending.Store(0) // the traffic stops: nothing comes back, and nothing is held
+	if got := second(); got != burst {
+		t.Fatalf("queue %d idle, want the burst %d back", got, burst)
 	}
 }

@@ -46,11 +46,14 @@ type backend struct {
 	queueSizes, burstSizes maxWindow
 	// standingQueue is the standing size fitQueue last set; standing says
 	// its queue stood above that for a whole second and has not drained
-	// since; lowPending is the fewest calls it held after a release in the
-	// current second, plus one (0: no release yet). See judgeStanding.
+	// since; lowPending is the fewest calls held at it in the current
+	// second, plus one: the count carried into the second, or less after a
+	// release; released says a slot was released in the current second.
+	// See judgeStanding.
 	standingQueue atomic.Int64
 	standing      atomic.Bool
 	lowPending    atomic.Int64
+	released      atomic.Bool
 	serving       atomic.Bool  // last word of its health stream
 	service       serviceTimes // its recent service times, for the capacity estimate and its queue
 	answers       answerCounts // its recent answers, good and bad, for outlier ejection
@@ -91,24 +94,27 @@ func (b *backend) fitQueue(delay time.Duration) bool {
 }
 
 // judgeStanding is CoDel's standing-queue test on the calls the gateway
-// holds at b, once a second (the gateway's housekeeping, before fitQueues):
-// when even the fewest it held in the second just ended were more than its
-// workers plus its standing queue, the queue stood there the whole second,
-// which no burst of a healthy load does, and b gets the standing size until
-// its queue drains — a second in which, at some moment, no call waited
-// behind its workers. A second with no call released is no evidence either
-// way (a stalled verifier is neither judged standing nor drained), unless
-// the gateway holds no more calls there than it has workers: idle is
-// drained. The way back does not need the traffic the smaller size refuses:
-// the calls it still admits come back and drain it, and with no traffic at
-// all it is idle.
+// holds at b, once a second (the gateway's housekeeping, before fitQueues).
+// The fewest it held in the second just ended — the count carried into the
+// second, or less right after a release — tells whether the queue stood:
+// when even that was more than its workers plus its standing queue, it
+// stood there the whole second, which no burst of a healthy load does, and
+// b gets the standing size until its queue drains: a second in which, at
+// some moment, a worker had no call (fewer held than workers, right after a
+// release, before the slot was taken again; a queue held full at the
+// standing size never shows that, whatever its size). A second in which no
+// slot was released is no evidence either way (a stalled verifier is
+// neither judged standing nor drained), unless fewer calls than workers are
+// held: idle is drained. The way back does not need the traffic the smaller
+// size refuses: the calls it still admits come back and drain it, and with
+// no traffic at all it is idle.
 func (b *backend) judgeStanding() {
 	workers := max(b.workers.Load(), 1)
-	low := b.lowPending.Swap(0) - 1
-	if low < 0 {
-		// No call came back. Idle (nothing held beyond its workers) is
-		// drained; anything else, a stall say, is no evidence.
-		if b.pending.Load() <= workers {
+	pending := b.pending.Load()
+	released := b.released.Swap(false)
+	low := b.lowPending.Swap(pending+1) - 1
+	if !released {
+		if pending < workers {
 			b.standing.Store(false)
 		}
 		return
@@ -116,7 +122,7 @@ func (b *backend) judgeStanding() {
 	switch {
 	case low > workers+b.standingQueue.Load():
 		b.standing.Store(true)
-	case low <= workers:
+	case low < workers:
 		b.standing.Store(false)
 	}
 }
@@ -125,10 +131,18 @@ func (b *backend) judgeStanding() {
 func (b *backend) eligible() bool { return b.serving.Load() && !b.retired.Load() }
 
 // saw records what an answer says of the verifier itself, its worker count
-// and its queue bound, and reports whether either changed.
+// and its queue bound, and reports whether either changed. An account that
+// says how many workers but names no bound (an unguarded node, or one from
+// before the bound was reported) clears the bound; a changed bound forgets
+// the burst sizes held for the old one.
 func (b *backend) saw(s callmeta.Served) bool {
-	changed := s.Workers > 0 && b.sawWorkers(int64(s.Workers))
-	if s.MaxQueueWait > 0 && b.maxWait.Swap(int64(s.MaxQueueWait)) != int64(s.MaxQueueWait) {
+	if s.Workers <= 0 {
+		return false
+	}
+	changed := b.sawWorkers(int64(s.Workers))
+	bound := int64(max(s.MaxQueueWait, 0))
+	if b.maxWait.Swap(bound) != bound {
+		b.burstSizes.reset()
 		changed = true
 	}
 	return changed
@@ -196,10 +210,13 @@ func (b *backend) reserve(extra int64) bool {
 
 // release gives back a slot taken by reserve, once the call was sent.
 func (b *backend) release() {
-	n := b.pending.Add(-1) + 1 // stored plus one: zero means no release yet
+	n := b.pending.Add(-1) + 1 // stored plus one, as lowPending
+	if !b.released.Load() {
+		b.released.Store(true)
+	}
 	for {
 		low := b.lowPending.Load()
-		if (low != 0 && n >= low) || b.lowPending.CompareAndSwap(low, n) {
+		if n >= low || b.lowPending.CompareAndSwap(low, n) {
 			return
 		}
 	}

@@ -42,7 +42,10 @@ func TestQueueByTimeAnswersBursts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test; runs in the full suite")
 	}
-	v1, v2 := startVerifier(t, nil), startVerifier(t, nil)
+	// The verifiers' own bound at its default, so that the queue is the
+	// one a production gateway would form.
+	bounded := func(c *verifier.Config) { c.MaxQueueWait = time.Second }
+	v1, v2 := startVerifier(t, bounded), startVerifier(t, bounded)
 	gw := startGateway(t, gatewayConfig(v1.addr, v2.addr))
 	gw.waitServing(t, 2)
 	v1.slow(t, 40)
@@ -137,8 +140,8 @@ func TestBurstDelay(t *testing.T) {
 // A burst queues at a verifier up to what the verifier itself admits (its
 // MaxQueueWait, reported in its answers) rather than only up to the
 // gateway's queue delay: ten calls at once at a one-worker verifier are all
-// answered. Sized by the delay alone (100 ms, two to five calls of 20–60 ms)
-// the gateway refused some of them, which a naive client's retries
+// answered. Sized by the delay alone (30 ms, one or two calls of 14–60 ms)
+// the gateway refused most of them, which a naive client's retries
 // then met again in the same full queue. A bound the verifier stops
 // reporting is forgotten with its worker count.
 func TestBurstQueuesUpToTheVerifiersBound(t *testing.T) {
@@ -147,7 +150,7 @@ func TestBurstQueuesUpToTheVerifiersBound(t *testing.T) {
 		c.MaxQueueWait = time.Second
 	})
 	cfg := gatewayConfig(v.addr)
-	cfg.VerifierQueueDelay = 100 * time.Millisecond
+	cfg.VerifierQueueDelay = 30 * time.Millisecond
 	gw := startGateway(t, cfg)
 	gw.waitServing(t, 1)
 	v.slow(t, 20)
@@ -164,10 +167,13 @@ func TestBurstQueuesUpToTheVerifiersBound(t *testing.T) {
 		t.Fatalf("queue bound learnt from the answers: %v, want the verifier's 1s", got)
 	}
 	service := b.service.median()
-	t.Logf("service %v: %d slots", service, b.slots(0))
+	t.Logf("service %v: %d slots, %d by the delay alone", service, b.slots(0), b.workers.Load()+b.standingQueue.Load())
 	const burst = 10
 	if service > 90*time.Millisecond {
 		t.Fatalf("service time %v: too slow for %d calls to fit the verifier's 1s bound", service, burst)
+	}
+	if n := b.workers.Load() + b.standingQueue.Load(); n >= burst {
+		t.Fatalf("the delay alone gives %d slots at %v of service, enough for the burst of %d: the test would show nothing", n, service, burst)
 	}
 
 	var wg sync.WaitGroup
@@ -249,6 +255,11 @@ func TestStandingQueueHeldToTheDelay(t *testing.T) {
 	}
 	time.Sleep(time.Until(settle))
 	sum0, n0 := waits()
+	// Read while the load still runs: once it stops the queue drains, and
+	// the next housekeeping tick rightly gives the burst size back.
+	b := gw.g.backends.list()[0]
+	time.Sleep(time.Until(end.Add(-500 * time.Millisecond)))
+	standing, queue, standingSize := b.standing.Load(), b.queue.Load(), b.standingQueue.Load()
 	wg.Wait()
 	sum1, n1 := waits()
 	n := n1 - n0
@@ -256,12 +267,11 @@ func TestStandingQueueHeldToTheDelay(t *testing.T) {
 		t.Fatalf("only %d calls answered after settling", n)
 	}
 	mean := time.Duration((sum1 - sum0) / float64(n) * float64(time.Second))
-	b := gw.g.backends.list()[0]
-	t.Logf("after settling: %d answered, mean queue wait %v; queue %d (standing %v); limit %d", n, mean, b.queue.Load(), b.standing.Load(), gw.g.limiter.Limit())
-	if !b.standing.Load() || b.queue.Load() != b.standingQueue.Load() {
-		t.Errorf("queue %d under overload, want the standing size %d", b.queue.Load(), b.standingQueue.Load())
+	t.Logf("after settling: %d answered, mean queue wait %v; queue %d (standing %v); limit %d", n, mean, queue, standing, gw.g.limiter.Limit())
+	if !standing || queue != standingSize {
+		t.Errorf("queue %d (standing %v) under overload, want the standing size %d", queue, standing, standingSize)
 	}
-	if mean > 400*time.Millisecond {
+	if mean > 500*time.Millisecond {
 		t.Errorf("mean queue wait %v under overload: the queue stood near the verifier's 1s bound, want it held near the %v delay", mean, cfg.VerifierQueueDelay)
 	}
 }
@@ -373,67 +383,116 @@ func TestHeldQueueForgetsAnotherWorkerCount(t *testing.T) {
 	}
 }
 
-// judgeStanding, driven by hand: a second whose fewest calls held were
-// above the standing size gives the verifier that size; a second with no
-// call released changes nothing while calls are held (a stall); a second in
-// which the queue was no longer than the workers gives the burst size back,
-// as does a second idle, and a second in between keeps whichever size it
-// had.
+// judgeStanding, driven by hand, a second at a time: a second whose fewest
+// calls held (the count carried in, or less after a release) were above the
+// standing size gives the verifier that size; a second with no slot
+// released changes nothing while calls are held (a stall); a second in which
+// a worker had no call gives the burst size back, as does an idle second; a
+// second in between keeps whichever size it had. A burst that arrives late
+// in an idle second is not a standing queue, and a queue held full at a
+// standing size of one call does not read as drained.
 func TestStandingQueueJudgedBySecond(t *testing.T) {
-	var b backend
-	b.sawWorkers(1)
-	b.maxWait.Store(int64(time.Second))
-	for range serviceSamples {
-		b.service.observe(100 * time.Millisecond)
-	}
 	const delay = 300 * time.Millisecond
-	b.fitQueue(delay)
-	standing, burst := b.standingQueue.Load(), b.queue.Load()
-	if standing != 3 || burst != 9 {
-		t.Fatalf("standing %d, burst %d at 100ms for 300ms and a 1s bound, want 3 and 9", standing, burst)
+	// newBackend is a verifier of one worker at service, with a 1 s bound,
+	// ticked once as the housekeeping would with nothing held.
+	newBackend := func(service time.Duration) *backend {
+		b := new(backend)
+		b.sawWorkers(1)
+		b.maxWait.Store(int64(time.Second))
+		for range serviceSamples {
+			b.service.observe(service)
+		}
+		b.fitQueue(delay)
+		b.judgeStanding()
+		return b
 	}
-	// hold leaves n calls at b and releases them down to low; then more
-	// arrive, and the second ends with one of those released: its fewest
-	// is low, not where it ended.
-	hold := func(n, low int64) {
-		b.pending.Store(n + 1)
+	tick := func(b *backend) int64 {
+		b.judgeStanding()
+		b.fitQueue(delay)
+		return b.queue.Load()
+	}
+	// during is one second at b: calls come back until low are held, then
+	// more arrive and one of those comes back.
+	during := func(b *backend, low int64) {
 		for b.pending.Load() > low {
 			b.release()
 		}
 		b.pending.Add(4)
 		b.release()
 	}
-	second := func() int64 {
-		b.judgeStanding()
-		b.fitQueue(delay)
-		return b.queue.Load()
-	}
 
-	hold(8, 5) // a burst draining to 5: 1 worker and 4 queued, above the standing 3
-	if got := second(); got != standing {
-		t.Fatalf("queue %d after a second that never held fewer than 5, want the standing %d", got, standing)
+	b := newBackend(100 * time.Millisecond)
+	standing, burst := b.standingQueue.Load(), b.queue.Load()
+	if standing != 3 || burst != 9 {
+		t.Fatalf("standing %d, burst %d at 100ms for 300ms and a 1s bound, want 3 and 9", standing, burst)
 	}
-	if got := second(); got != standing {
-		t.Fatalf("queue %d after a second with no call released, want the standing %d still", got, standing)
+	b.pending.Store(9) // a burst arrived
+	if got := tick(b); got != burst {
+		t.Fatalf("queue %d after a second with nothing released, want the burst %d", got, burst)
 	}
-	hold(4, 2) // down to one queued behind the worker: not drained yet
-	if got := second(); got != standing {
-		t.Fatalf("queue %d after a second down to 2 held, want the standing %d still", got, standing)
+	for _, c := range []struct {
+		carry int64 // > 0: a second before, with this many held and nothing released
+		low   int64 // -1: no second at all, just a tick
+		want  int64
+		what  string
+	}{
+		{0, 5, standing, "a second that never held fewer than 5 (1 worker, 4 queued, above the standing 3)"},
+		{0, -1, standing, "a second with nothing released while calls are held"},
+		{0, 2, standing, "a second down to one call queued"},
+		{0, 1, standing, "a second down to the worker's call, none queued"},
+		{0, 0, burst, "a second in which the worker had no call"},
+		{9, 4, burst, "a second at the standing size, not above it"},
+		{0, -1, burst, "a second with nothing released while 7 are held (a stall)"},
+	} {
+		if c.carry > 0 {
+			b.pending.Store(c.carry)
+			if got := tick(b); got != c.want {
+				t.Fatalf("queue %d after a second with %d held and nothing released, want %d", got, c.carry, c.want)
+			}
+		}
+		if c.low >= 0 {
+			during(b, c.low)
+		}
+		if got := tick(b); got != c.want {
+			t.Fatalf("queue %d after %s, want %d", got, c.what, c.want)
+		}
 	}
-	hold(4, 1) // drained: nothing behind the worker at one moment
-	if got := second(); got != burst {
-		t.Fatalf("queue %d after the queue drained, want the burst %d back", got, burst)
-	}
-	hold(9, 4) // stood at the standing size, not above it
-	if got := second(); got != burst {
-		t.Fatalf("queue %d after a second at the standing size, want the burst %d still", got, burst)
-	}
-	hold(8, 5)
-	if got := second(); got != standing {
-		t.Fatalf("queue %d after a second that never held fewer than 5, want the standing %d", got, standing)
+	b.pending.Store(9)
+	tick(b)
+	during(b, 5)
+	if got := tick(b); got != standing {
+		t.Fatalf("queue %d after standing again, want %d", got, standing)
 	}
 	b.pending.Store(0) // the traffic stops: nothing comes back, and nothing is held
-	if got := second(); got != burst {
+	if got := tick(b); got != burst {
 		t.Fatalf("queue %d idle, want the burst %d back", got, burst)
+	}
+	b.pending.Store(8) // a burst late in an idle second, one call back before the tick
+	b.release()
+	if got := tick(b); got != burst {
+		t.Fatalf("queue %d after a burst late in an idle second, want the burst %d still", got, burst)
+	}
+
+	// A standing size of one call: held full, each release leaves the
+	// worker's call and none queued until the next arrives.
+	b = newBackend(400 * time.Millisecond)
+	if b.standingQueue.Load() != 1 {
+		t.Fatalf("standing size %d at 400ms for 300ms, want 1", b.standingQueue.Load())
+	}
+	b.pending.Store(9)
+	tick(b)
+	during(b, 5)
+	if got := tick(b); got != 1 {
+		t.Fatalf("queue %d after a standing second, want 1", got)
+	}
+	for range 3 {
+		b.pending.Store(2) // the worker's call and one queued
+		for range 5 {
+			b.release()
+			b.pending.Add(1)
+		}
+		if got := tick(b); got != 1 {
+			t.Fatalf("queue %d held full at a standing size of one, want 1 (not drained)", got)
+		}
 	}
 }

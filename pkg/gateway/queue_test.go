@@ -117,19 +117,19 @@ func TestQueueTargetFollowsServiceTime(t *testing.T) {
 	}
 }
 
-// burstDelay lets a verifier's queue hold what the verifier itself admits,
-// less one service time, when that is longer than the delay.
+// burstDelay lets a verifier's queue hold two thirds of what the verifier
+// itself admits, when that is longer than the delay.
 func TestBurstDelay(t *testing.T) {
 	ms := time.Millisecond
 	for _, c := range []struct {
 		delay, bound, service, want time.Duration
 	}{
-		{500 * ms, time.Second, 150 * ms, 850 * ms},
+		{500 * ms, 1500 * ms, 150 * ms, time.Second},
 		{500 * ms, 0, 150 * ms, 500 * ms},        // no bound reported
 		{500 * ms, time.Second, 0, 500 * ms},     // no answer yet
-		{500 * ms, 400 * ms, 150 * ms, 500 * ms}, // a bound below the delay: the delay stands
+		{500 * ms, 600 * ms, 150 * ms, 500 * ms}, // two thirds of the bound below the delay: the delay stands
 		{0, time.Second, 150 * ms, 0},            // no queue
-		{500 * ms, time.Second, 2 * time.Second, 500 * ms},
+		{500 * ms, 1500 * ms, 2 * time.Second, time.Second},
 	} {
 		if got := burstDelay(c.delay, c.bound, c.service); got != c.want {
 			t.Errorf("burstDelay(delay %v, bound %v, service %v) = %v, want %v", c.delay, c.bound, c.service, got, c.want)
@@ -423,8 +423,8 @@ func TestStandingQueueJudgedBySecond(t *testing.T) {
 
 	b := newBackend(100 * time.Millisecond)
 	standing, burst := b.standingQueue.Load(), b.queue.Load()
-	if standing != 3 || burst != 9 {
-		t.Fatalf("standing %d, burst %d at 100ms for 300ms and a 1s bound, want 3 and 9", standing, burst)
+	if standing != 3 || burst != 7 {
+		t.Fatalf("standing %d, burst %d at 100ms for 300ms and a 1s bound, want 3 and 7", standing, burst)
 	}
 	b.pending.Store(9) // a burst arrived
 	if got := tick(b); got != burst {

@@ -61,7 +61,7 @@ type Config struct {
 	// each verifier beyond its workers (which each verifier reports in its
 	// answers): as many calls as its workers finish in this long at its
 	// median service time, at least one per worker. A burst may queue
-	// longer, up to the verifier's own reported bound less one service time,
+	// longer, up to two thirds of the verifier's own reported bound,
 	// until the queue has stood above this size for a whole second (see
 	// Gateway.fitQueues): so that a burst waits briefly instead of being
 	// refused (a verifier with no queue at all is a loss system: at 60 %

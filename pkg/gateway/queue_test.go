@@ -137,6 +137,23 @@ func TestBurstDelay(t *testing.T) {
 	}
 }
 
+// boundedVerifier starts one verifier of one worker with a 1 s queue bound,
+// its hashes stretched slowdown times, behind a gateway with the given
+// queue delay, and returns the gateway and a stored hash for it.
+func boundedVerifier(t *testing.T, delay time.Duration, slowdown float64) (*testGateway, string) {
+	t.Helper()
+	v := startVerifier(t, func(c *verifier.Config) {
+		c.Workers = 1
+		c.MaxQueueWait = time.Second
+	})
+	cfg := gatewayConfig(v.addr)
+	cfg.VerifierQueueDelay = delay
+	gw := startGateway(t, cfg)
+	gw.waitServing(t, 1)
+	v.slow(t, slowdown)
+	return gw, storedHash("pw", 256, 1)
+}
+
 // A burst queues at a verifier up to what the verifier itself admits (its
 // MaxQueueWait, reported in its answers) rather than only up to the
 // gateway's queue delay: ten calls at once at a one-worker verifier are all
@@ -145,16 +162,7 @@ func TestBurstDelay(t *testing.T) {
 // then met again in the same full queue. A bound the verifier stops
 // reporting is forgotten with its worker count.
 func TestBurstQueuesUpToTheVerifiersBound(t *testing.T) {
-	v := startVerifier(t, func(c *verifier.Config) {
-		c.Workers = 1
-		c.MaxQueueWait = time.Second
-	})
-	cfg := gatewayConfig(v.addr)
-	cfg.VerifierQueueDelay = 30 * time.Millisecond
-	gw := startGateway(t, cfg)
-	gw.waitServing(t, 1)
-	v.slow(t, 20)
-	stored := storedHash("pw", 256, 1)
+	gw, stored := boundedVerifier(t, 30*time.Millisecond, 20)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for range serviceSamples { // a median of warm hashes
@@ -205,16 +213,8 @@ func TestStandingQueueHeldToTheDelay(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test; runs in the full suite")
 	}
-	v := startVerifier(t, func(c *verifier.Config) {
-		c.Workers = 1
-		c.MaxQueueWait = time.Second
-	})
-	cfg := gatewayConfig(v.addr)
-	cfg.VerifierQueueDelay = 100 * time.Millisecond
-	gw := startGateway(t, cfg)
-	gw.waitServing(t, 1)
-	v.slow(t, 40)
-	stored := storedHash("pw", 256, 1)
+	gw, stored := boundedVerifier(t, 100*time.Millisecond, 40)
+	cfg := gw.g.cfg
 	gw.learnService(t, stored)
 	t.Logf("service %v: %d slots, limiter target %v", gw.g.backends.list()[0].service.median(),
 		gw.g.backends.list()[0].slots(0), gw.g.limiter.Target())

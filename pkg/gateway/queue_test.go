@@ -9,6 +9,7 @@ import (
 	"time"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/verifier"
 )
 
@@ -380,6 +381,33 @@ func TestHeldQueueForgetsAnotherWorkerCount(t *testing.T) {
 	b.fitQueue(500 * time.Millisecond)
 	if got := b.queue.Load(); got != 50 {
 		t.Fatalf("queue after the worker count expired = %d, want 50 (one worker assumed)", got)
+	}
+}
+
+// What a verifier says of its queue bound takes effect at its next answer:
+// a smaller bound (the verifier restarted with a shorter -max-queue-wait)
+// forgets the burst sizes held for the larger one at once rather than
+// after the hold rolls out, and an answer that names no bound (restarted
+// unguarded, or an older binary) clears it.
+func TestQueueBoundFollowsTheAnswers(t *testing.T) {
+	const delay = 300 * time.Millisecond
+	var b backend
+	answer := func(bound time.Duration) int64 {
+		b.saw(callmeta.Served{Workers: 1, MaxQueueWait: bound})
+		b.fitQueue(delay)
+		return b.queue.Load()
+	}
+	for range serviceSamples {
+		b.service.observe(100 * time.Millisecond)
+	}
+	if got := answer(1500 * time.Millisecond); got != 10 {
+		t.Fatalf("queue %d with a 1.5s bound at 100ms, want 10 (two thirds of it)", got)
+	}
+	if got := answer(900 * time.Millisecond); got != 6 {
+		t.Fatalf("queue %d right after the bound fell to 900ms, want 6 (the 10 held for the old bound forgotten)", got)
+	}
+	if got := answer(-1); got != 3 {
+		t.Fatalf("queue %d after an answer naming no bound, want the delay's 3", got)
 	}
 }
 

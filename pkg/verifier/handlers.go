@@ -174,9 +174,9 @@ func (s *Server) slots() int {
 }
 
 // queueBound is the longest projected queue wait the node admits an arrival
-// to, as its answers report it (callmeta.Served.MaxQueueWait): the gateway
-// lets a burst queue up to it. Zero for an unguarded node, which bounds
-// nothing.
+// to, as its answers report it (callmeta.Served.MaxQueueWait): a gateway
+// lets a burst queue up to two thirds of it. Zero for an unguarded node,
+// which bounds nothing.
 func (s *Server) queueBound() time.Duration {
 	if s.cfg.Unguarded {
 		return 0

@@ -22,6 +22,7 @@ import (
 	"github.com/leveehq/levee/internal/flagenv"
 	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/mtls"
+	"github.com/leveehq/levee/pkg/wellknown"
 )
 
 func main() {
@@ -50,10 +51,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("budgetd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	sec.AddFlags(fs)
-	fs.StringVar(&cfg.ListenAddr, "listen", cfg.ListenAddr, "gRPC listen address")
-	fs.StringVar(&cfg.MetricsAddr, "metrics-listen", cfg.MetricsAddr, "HTTP address for the status page (/) and /metrics (empty: none)")
-	fs.StringVar(&cfg.AdvertiseAddr, "advertise", "", "address the other replicas reach this one at (default: the listen address)")
-	etcd := fs.String("etcd", "", "comma-separated etcd endpoints (empty: run an embedded single-node etcd)")
+	fs.StringVar(&cfg.ListenAddr, wellknown.FlagListen, cfg.ListenAddr, "gRPC listen address")
+	fs.StringVar(&cfg.MetricsAddr, wellknown.FlagMetricsListen, cfg.MetricsAddr, "HTTP address for the status page (/) and /metrics (empty: none)")
+	fs.StringVar(&cfg.AdvertiseAddr, wellknown.FlagAdvertise, "", "address the other replicas reach this one at (default: the listen address)")
+	etcd := fs.String(wellknown.FlagEtcd, "", "comma-separated etcd endpoints (empty: run an embedded single-node etcd)")
 	fs.StringVar(&cfg.EmbeddedEtcd.DataDir, "data-dir", cfg.EmbeddedEtcd.DataDir, "embedded etcd: data directory")
 	fs.StringVar(&cfg.EmbeddedEtcd.ClientURL, "etcd-client-url", cfg.EmbeddedEtcd.ClientURL, "embedded etcd: client URL")
 	fs.StringVar(&cfg.EmbeddedEtcd.PeerURL, "etcd-peer-url", cfg.EmbeddedEtcd.PeerURL, "embedded etcd: peer URL")

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"flag"
 	"io"
 	"strings"
 	"testing"
@@ -13,6 +15,8 @@ import (
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
 	"github.com/leveehq/levee/internal/testlock"
 	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
+	"github.com/leveehq/levee/pkg/wellknown"
+	"github.com/leveehq/levee/pkg/wellknown/wellknowntest"
 )
 
 func TestMain(m *testing.M) {
@@ -70,4 +74,13 @@ func TestBadArguments(t *testing.T) {
 			t.Errorf("budgetd %s: %v, want an error naming %q", strings.Join(tc.args, " "), err, tc.want)
 		}
 	}
+}
+
+// The flags other programs pass to budgetd (the lab) are ones it defines.
+func TestDefinesWellKnownFlags(t *testing.T) {
+	var usage strings.Builder
+	if err := run(t.Context(), []string{"-help"}, io.Discard, &usage); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("run(-help) = %v, want flag.ErrHelp", err)
+	}
+	wellknowntest.CheckFlags(t, usage.String(), wellknown.BudgetdFlags)
 }

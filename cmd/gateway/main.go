@@ -19,6 +19,7 @@ import (
 	"github.com/leveehq/levee/internal/flagenv"
 	"github.com/leveehq/levee/pkg/gateway"
 	"github.com/leveehq/levee/pkg/mtls"
+	"github.com/leveehq/levee/pkg/wellknown"
 )
 
 func main() {
@@ -38,13 +39,13 @@ func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) 
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	sec.AddFlags(fs)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.ListenAddr, "listen", cfg.ListenAddr, "gRPC listen address")
-	fs.StringVar(&cfg.MetricsAddr, "metrics-listen", cfg.MetricsAddr, "HTTP address for /metrics (empty: none)")
-	etcd := fs.String("etcd", "", "comma-separated etcd endpoints: follow verifier registrations and runtime settings")
+	fs.StringVar(&cfg.ListenAddr, wellknown.FlagListen, cfg.ListenAddr, "gRPC listen address")
+	fs.StringVar(&cfg.MetricsAddr, wellknown.FlagMetricsListen, cfg.MetricsAddr, "HTTP address for /metrics (empty: none)")
+	etcd := fs.String(wellknown.FlagEtcd, "", "comma-separated etcd endpoints: follow verifier registrations and runtime settings")
 	fs.StringVar(&cfg.VerifiersTarget, "registry-target", cfg.VerifiersTarget, "etcd naming target verifiers register under")
 	fs.StringVar(&cfg.SettingsKey, "settings-key", cfg.SettingsKey, "etcd key of the runtime settings (JSON)")
-	verifiers := fs.String("verifiers", "", "comma-separated static verifier addresses (with or instead of -etcd)")
-	fs.StringVar(&cfg.BudgetTarget, "budgetd", "", "budgetd target funding in-fleet retries (empty: no retries)")
+	verifiers := fs.String(wellknown.FlagVerifiers, "", "comma-separated static verifier addresses (with or instead of -etcd)")
+	fs.StringVar(&cfg.BudgetTarget, wellknown.FlagBudgetd, "", "budgetd target funding in-fleet retries (empty: no retries)")
 	fs.StringVar(&cfg.BudgetKey, "budget-key", cfg.BudgetKey, "budget key the gateway's retries draw from")
 	fs.DurationVar(&cfg.Deadline.Default, "default-deadline", cfg.Deadline.Default, "deadline applied to calls that bring none")
 	fs.DurationVar(&cfg.Deadline.Max, "max-deadline", cfg.Deadline.Max, "longer incoming deadlines are clamped to this")
@@ -64,7 +65,7 @@ func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) 
 	fs.DurationVar(&cfg.Autopilot.ClientTimeout, "client-timeout", cfg.Autopilot.ClientTimeout, "autopilot: how long a typical caller waits")
 	fs.IntVar(&cfg.Margin.Attempts, "margin-attempts", cfg.Margin.Attempts, "bistability margin: attempts a caller makes when every one fails")
 	fs.Float64Var(&cfg.Margin.RetryRatio, "margin-retry-ratio", cfg.Margin.RetryRatio, "bistability margin: the callers' retry budget, retries per first attempt (negative: none)")
-	fs.BoolVar(&cfg.Unguarded, "unguarded", false, "turn every defence off: the lab's control fleet (levee storm) only, never production")
+	fs.BoolVar(&cfg.Unguarded, wellknown.FlagUnguarded, false, "turn every defence off: the lab's control fleet (levee storm) only, never production")
 	logJSON := fs.Bool("log-json", false, "log JSON instead of text")
 	if err := flagenv.Parse(fs, args, lookup); err != nil {
 		return cfg, sec, false, err

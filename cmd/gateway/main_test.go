@@ -1,12 +1,16 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"io"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/leveehq/levee/pkg/mtls"
+	"github.com/leveehq/levee/pkg/wellknown"
+	"github.com/leveehq/levee/pkg/wellknown/wellknowntest"
 )
 
 func TestParse(t *testing.T) {
@@ -48,4 +52,13 @@ func TestParse(t *testing.T) {
 			t.Errorf("parse(%q) = %v, want an error naming %q", tc.args, err, tc.want)
 		}
 	}
+}
+
+// The flags other programs pass to a gateway (the lab) are ones it defines.
+func TestDefinesWellKnownFlags(t *testing.T) {
+	var usage strings.Builder
+	if _, _, _, err := parse([]string{"-help"}, &usage, func(string) (string, bool) { return "", false }); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("parse(-help) = %v, want flag.ErrHelp", err)
+	}
+	wellknowntest.CheckFlags(t, usage.String(), wellknown.GatewayFlags)
 }

@@ -40,6 +40,7 @@ import (
 	"github.com/leveehq/levee/pkg/gateway"
 	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/residentheap"
+	"github.com/leveehq/levee/pkg/wellknown"
 )
 
 const usage = `usage: levee <command> [flags]
@@ -195,12 +196,12 @@ func etcdCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg := fleet.DefaultConfig().Etcd
 	fs := flag.NewFlagSet("levee etcd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.DataDir, "data-dir", "levee.etcd", "data directory")
-	fs.StringVar(&cfg.ClientURL, "client-url", cfg.ClientURL, "client URL to listen on and advertise (http://host:port, or https:// with TLS)")
-	fs.StringVar(&cfg.PeerURL, "peer-url", cfg.PeerURL, "peer URL to listen on and advertise")
-	fs.StringVar(&cfg.Name, "name", cfg.Name, "member name")
+	fs.StringVar(&cfg.DataDir, wellknown.FlagEtcdDataDir, "levee.etcd", "data directory")
+	fs.StringVar(&cfg.ClientURL, wellknown.FlagEtcdClientURL, cfg.ClientURL, "client URL to listen on and advertise (http://host:port, or https:// with TLS)")
+	fs.StringVar(&cfg.PeerURL, wellknown.FlagEtcdPeerURL, cfg.PeerURL, "peer URL to listen on and advertise")
+	fs.StringVar(&cfg.Name, wellknown.FlagEtcdName, cfg.Name, "member name")
 	level := fs.String("log-level", "error", "least severe etcd log shown: debug, info, warn, error")
-	auth := fs.Bool("auth", false, "turn on etcd's access control for the fleet once serving, as levee etcd-auth does (with -tls-dir, as its admin)")
+	auth := fs.Bool(wellknown.FlagEtcdAuth, false, "turn on etcd's access control for the fleet once serving, as levee etcd-auth does (with -tls-dir, as its admin)")
 	var sec mtls.Settings
 	sec.AddFlags(fs)
 	if err := flagenv.Parse(fs, args, nil); err != nil {
@@ -248,7 +249,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.SetOutput(stderr)
 	var status budgetd.StatusCommand
 	status.AddFlags(fs)
-	gatewayMetrics := fs.String("gateway-metrics", "http://127.0.0.1:9700/metrics", "a gateway's /metrics, for the bistability margin (empty: none; not with -json)")
+	gatewayMetrics := fs.String("gateway-metrics", "http://"+wellknown.LoopbackAddr(wellknown.GatewayPort+wellknown.MetricsOffset)+"/metrics", "a gateway's /metrics, for the bistability margin (empty: none; not with -json)")
 	if err := flagenv.Parse(fs, args, nil); err != nil {
 		return err
 	}
@@ -274,7 +275,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func settingsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("levee settings", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	etcd := fs.String("etcd", "127.0.0.1:2379", "comma-separated etcd endpoints")
+	etcd := fs.String(wellknown.FlagEtcd, wellknown.LoopbackAddr(wellknown.EtcdClientPort), "comma-separated etcd endpoints")
 	key := fs.String("settings-key", gateway.DefaultSettingsKey, "etcd key of the gateways' settings")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
 	var sec mtls.Settings
@@ -354,7 +355,7 @@ func calibrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 func etcdAuthCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("levee etcd-auth", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	etcd := fs.String("etcd", "127.0.0.1:2379", "comma-separated etcd endpoints")
+	etcd := fs.String(wellknown.FlagEtcd, wellknown.LoopbackAddr(wellknown.EtcdClientPort), "comma-separated etcd endpoints")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
 	layout := fleet.EtcdLayout()
 	registry := fs.String("registry-target", strings.TrimSuffix(layout.Registry, "/"), "the verifiers' -registry-target")

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"flag"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,8 @@ import (
 	"github.com/leveehq/levee/internal/etcdtest"
 	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/verify"
+	"github.com/leveehq/levee/pkg/wellknown"
+	"github.com/leveehq/levee/pkg/wellknown/wellknowntest"
 )
 
 // The grpcurl line `levee local` prints must verify: the example hash is
@@ -112,4 +117,13 @@ func TestCertsCommand(t *testing.T) {
 	if err := run(t.Context(), []string{"certs", "-out", dir, "-reuse", "-force"}, &out, &errOut); err == nil {
 		t.Errorf("-reuse with -force: no error")
 	}
+}
+
+// The flags the lab passes to levee etcd are ones it defines.
+func TestEtcdDefinesWellKnownFlags(t *testing.T) {
+	var usage strings.Builder
+	if err := run(t.Context(), []string{"etcd", "-help"}, io.Discard, &usage); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("levee etcd -help = %v, want flag.ErrHelp", err)
+	}
+	wellknowntest.CheckFlags(t, usage.String(), wellknown.EtcdFlags)
 }

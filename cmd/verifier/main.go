@@ -21,6 +21,7 @@ import (
 	"github.com/leveehq/levee/pkg/residentheap"
 	"github.com/leveehq/levee/pkg/verifier"
 	"github.com/leveehq/levee/pkg/verify"
+	"github.com/leveehq/levee/pkg/wellknown"
 )
 
 func main() {
@@ -52,31 +53,31 @@ func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) 
 	fs := flag.NewFlagSet("verifier", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.tls.AddFlags(fs)
-	fs.StringVar(&cfg.ListenAddr, "listen", cfg.ListenAddr, "gRPC listen address")
-	fs.StringVar(&cfg.MetricsAddr, "metrics-listen", cfg.MetricsAddr, "HTTP address for /metrics (empty: none)")
-	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "hashes run at once (default: the cores)")
-	fs.Var((*bytesize.Auto)(&cfg.MemoryBudget), "memory-budget",
+	fs.StringVar(&cfg.ListenAddr, wellknown.FlagListen, cfg.ListenAddr, "gRPC listen address")
+	fs.StringVar(&cfg.MetricsAddr, wellknown.FlagMetricsListen, cfg.MetricsAddr, "HTTP address for /metrics (empty: none)")
+	fs.IntVar(&cfg.Workers, wellknown.FlagWorkers, cfg.Workers, "hashes run at once (default: the cores)")
+	fs.Var((*bytesize.Auto)(&cfg.MemoryBudget), wellknown.FlagMemoryBudget,
 		"Argon2 memory the running hashes may hold in all, with a unit: 512MiB, 2GiB, 300MB (auto: the container's limit less 128MiB, else half the host's memory less 64MiB)")
 	fs.IntVar(&cfg.QueueCapacity, "queue", cfg.QueueCapacity, "requests that may wait for a worker")
 	fs.DurationVar(&cfg.MaxQueueWait, "max-queue-wait", cfg.MaxQueueWait, "refuse arrivals whose projected queue wait exceeds this")
 	fs.DurationVar(&cfg.LIFOAfter, "lifo-after", cfg.LIFOAfter, "serve newest first while the oldest queued request is this much later than projected at admission and more than a quarter of it is queued")
-	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "bound on a graceful drain at SIGTERM")
+	fs.DurationVar(&cfg.DrainTimeout, wellknown.FlagDrainTimeout, cfg.DrainTimeout, "bound on a graceful drain at SIGTERM")
 	fs.DurationVar(&cfg.Deadline.Default, "default-deadline", cfg.Deadline.Default, "deadline applied to calls that bring none")
 	fs.DurationVar(&cfg.Deadline.Max, "max-deadline", cfg.Deadline.Max, "longer incoming deadlines are clamped to this")
 	fs.DurationVar(&cfg.Deadline.Margin, "hop-margin", cfg.Deadline.Margin, "per-hop margin subtracted from forwarded deadlines")
-	mem := fs.Uint("argon2-memory-kib", uint(cfg.Policy.Params.Memory), "hashing policy: Argon2id memory in KiB")
-	iter := fs.Uint("argon2-iterations", uint(cfg.Policy.Params.Iterations), "hashing policy: Argon2id iterations")
-	par := fs.Uint("argon2-parallelism", uint(cfg.Policy.Params.Parallelism), "hashing policy: Argon2id lanes")
-	maxMem := fs.Uint("max-memory-kib", uint(cfg.Limits.MaxMemoryKiB), "refuse stored hashes asking for more memory than this (KiB)")
+	mem := fs.Uint(wellknown.FlagArgon2MemoryKiB, uint(cfg.Policy.Params.Memory), "hashing policy: Argon2id memory in KiB")
+	iter := fs.Uint(wellknown.FlagArgon2Iterations, uint(cfg.Policy.Params.Iterations), "hashing policy: Argon2id iterations")
+	par := fs.Uint(wellknown.FlagArgon2Parallelism, uint(cfg.Policy.Params.Parallelism), "hashing policy: Argon2id lanes")
+	maxMem := fs.Uint(wellknown.FlagMaxMemoryKiB, uint(cfg.Limits.MaxMemoryKiB), "refuse stored hashes asking for more memory than this (KiB)")
 	maxIter := fs.Uint("max-iterations", uint(cfg.Limits.MaxIterations), "refuse stored hashes asking for more iterations")
 	maxPar := fs.Uint("max-parallelism", uint(cfg.Limits.MaxParallelism), "refuse stored hashes asking for more lanes")
 	fs.StringVar(&o.pepperFile, "pepper-file", "", "file of pepper keys, lines ID:BASE64KEY and one current=ID (empty: no pepper; see docs/verifier.md#pepper)")
-	etcd := fs.String("etcd", "", "comma-separated etcd endpoints to register in, for gateways (empty: no registration)")
-	fs.StringVar(&cfg.AdvertiseAddr, "advertise", "", "address registered for gateways to dial (default: the listen address)")
+	etcd := fs.String(wellknown.FlagEtcd, "", "comma-separated etcd endpoints to register in, for gateways (empty: no registration)")
+	fs.StringVar(&cfg.AdvertiseAddr, wellknown.FlagAdvertise, "", "address registered for gateways to dial (default: the listen address)")
 	fs.StringVar(&cfg.RegistryTarget, "registry-target", cfg.RegistryTarget, "etcd naming target to register under (gateways dial etcd:///<target>)")
 	fs.DurationVar(&cfg.RegistryTTL, "registry-ttl", cfg.RegistryTTL, "registration lease TTL: a verifier that dies vanishes within it (whole seconds, at least 2s)")
-	fs.BoolVar(&cfg.EnableCapacityKnob, "enable-capacity-knob", false, "allow VerifierAdminService.SetCapacity (experiments only; with TLS, only to certificates with the admin role)")
-	fs.BoolVar(&cfg.Unguarded, "unguarded", false, "turn every overload defence off: the lab's control fleet (levee storm) only, never production")
+	fs.BoolVar(&cfg.EnableCapacityKnob, wellknown.FlagEnableCapacityKnob, false, "allow VerifierAdminService.SetCapacity (experiments only; with TLS, only to certificates with the admin role)")
+	fs.BoolVar(&cfg.Unguarded, wellknown.FlagUnguarded, false, "turn every overload defence off: the lab's control fleet (levee storm) only, never production")
 	fs.BoolVar(&o.resident, "resident-heap", true, "keep Argon2 memory resident between hashes (GOGC off, soft memory limit)")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON instead of text")
 	if err := flagenv.Parse(fs, args, lookup); err != nil {

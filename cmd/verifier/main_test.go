@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,6 +16,8 @@ import (
 	"github.com/leveehq/levee/pkg/calibrate"
 	"github.com/leveehq/levee/pkg/calibrate/calibratetest"
 	"github.com/leveehq/levee/pkg/mtls"
+	"github.com/leveehq/levee/pkg/wellknown"
+	"github.com/leveehq/levee/pkg/wellknown/wellknowntest"
 )
 
 func TestParse(t *testing.T) {
@@ -133,4 +137,14 @@ func TestCalibratedFlagsGiveTheCalibratedHeapLimit(t *testing.T) {
 			t.Errorf("flags %q: the verifier's soft limit %d MiB, calibrate printed %d MiB", r.Flags(), got>>20, r.HeapLimit>>20)
 		}
 	}
+}
+
+// The flags other programs pass to a verifier (levee calibrate's output,
+// the lab) are ones it defines.
+func TestDefinesWellKnownFlags(t *testing.T) {
+	var usage strings.Builder
+	if _, _, err := parse([]string{"-help"}, &usage, func(string) (string, bool) { return "", false }); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("parse(-help) = %v, want flag.ErrHelp", err)
+	}
+	wellknowntest.CheckFlags(t, usage.String(), wellknown.VerifierFlags)
 }

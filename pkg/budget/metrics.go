@@ -1,14 +1,18 @@
 package budget
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leveehq/levee/pkg/wellknown"
+)
 
 // The metrics are read from the budgets' own counters at scrape time, so the
 // request path pays nothing for them. Label values are bounded: key (at most
 // MaxKeys per client), mode, source, result.
 var (
-	descFallback = prometheus.NewDesc("levee_budget_fallback",
+	descFallback = prometheus.NewDesc(wellknown.MetricBudgetFallback,
 		"1 while the key runs on the local fallback budget, 0 on the shared one.", []string{"key"}, nil)
-	descTokens = prometheus.NewDesc("levee_budget_tokens",
+	descTokens = prometheus.NewDesc(wellknown.MetricBudgetTokens,
 		"Retry tokens Allow can spend now, by source (lease or fallback).", []string{"key", "source"}, nil)
 	descLeaseAge = prometheus.NewDesc("levee_budget_lease_age_seconds",
 		"Time since the key's latest lease arrived (absent before the first).", []string{"key"}, nil)

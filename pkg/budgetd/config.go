@@ -13,6 +13,7 @@ import (
 	"github.com/leveehq/levee/internal/embeddedetcd"
 	"github.com/leveehq/levee/pkg/ledger"
 	"github.com/leveehq/levee/pkg/mtls"
+	"github.com/leveehq/levee/pkg/wellknown"
 )
 
 // Config configures one budgetd replica. Start from DefaultConfig.
@@ -90,12 +91,12 @@ type Config struct {
 // DefaultConfig returns the production defaults.
 func DefaultConfig() Config {
 	return Config{
-		ListenAddr:  "127.0.0.1:7702",
-		MetricsAddr: "127.0.0.1:9702",
+		ListenAddr:  wellknown.LoopbackAddr(wellknown.BudgetdPort),
+		MetricsAddr: wellknown.LoopbackAddr(wellknown.BudgetdPort + wellknown.MetricsOffset),
 		EmbeddedEtcd: embeddedetcd.Config{
 			DataDir:   "budgetd.etcd",
-			ClientURL: "127.0.0.1:2379", // http://, or https:// with TLS
-			PeerURL:   "127.0.0.1:2380",
+			ClientURL: wellknown.LoopbackAddr(wellknown.EtcdClientPort), // http://, or https:// with TLS
+			PeerURL:   wellknown.LoopbackAddr(wellknown.EtcdPeerPort),
 			Name:      "budgetd",
 		},
 		EtcdDialTimeout: 5 * time.Second,

@@ -1,6 +1,10 @@
 package budgetd
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leveehq/levee/pkg/wellknown"
+)
 
 // Outcomes of a Lease call: the bounded values of the outcome label.
 const (
@@ -38,7 +42,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m := &metrics{
 		isLeader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "levee_budgetd_is_leader",
+			Name: wellknown.MetricBudgetdIsLeader,
 			Help: "1 while this replica leads and grants leases, else 0.",
 		}),
 		acquired: prometheus.NewCounter(prometheus.CounterOpts{

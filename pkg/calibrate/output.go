@@ -10,6 +10,7 @@ import (
 	"github.com/leveehq/levee/internal/flagenv"
 	"github.com/leveehq/levee/pkg/bytesize"
 	"github.com/leveehq/levee/pkg/verify"
+	"github.com/leveehq/levee/pkg/wellknown"
 )
 
 // flagPairs are the verifier flags that configure r, in order: the policy,
@@ -18,14 +19,14 @@ import (
 func (r Result) flagPairs() [][2]string {
 	p := r.Policy.Params
 	f := [][2]string{
-		{"argon2-memory-kib", strconv.FormatUint(uint64(p.Memory), 10)},
-		{"argon2-iterations", strconv.FormatUint(uint64(p.Iterations), 10)},
-		{"argon2-parallelism", strconv.FormatUint(uint64(p.Parallelism), 10)},
-		{"workers", strconv.Itoa(r.Workers)},
-		{"memory-budget", bytesize.Format(r.MemoryBudget)},
+		{wellknown.FlagArgon2MemoryKiB, strconv.FormatUint(uint64(p.Memory), 10)},
+		{wellknown.FlagArgon2Iterations, strconv.FormatUint(uint64(p.Iterations), 10)},
+		{wellknown.FlagArgon2Parallelism, strconv.FormatUint(uint64(p.Parallelism), 10)},
+		{wellknown.FlagWorkers, strconv.Itoa(r.Workers)},
+		{wellknown.FlagMemoryBudget, bytesize.Format(r.MemoryBudget)},
 	}
 	if r.Limits.MaxMemoryKiB != verify.DefaultLimits().MaxMemoryKiB {
-		f = append(f, [2]string{"max-memory-kib", strconv.FormatUint(uint64(r.Limits.MaxMemoryKiB), 10)})
+		f = append(f, [2]string{wellknown.FlagMaxMemoryKiB, strconv.FormatUint(uint64(r.Limits.MaxMemoryKiB), 10)})
 	}
 	return f
 }

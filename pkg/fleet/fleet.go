@@ -29,6 +29,7 @@ import (
 	"github.com/leveehq/levee/pkg/registry"
 	"github.com/leveehq/levee/pkg/verifier"
 	"github.com/leveehq/levee/pkg/verify"
+	"github.com/leveehq/levee/pkg/wellknown"
 )
 
 // Config describes a local fleet. Start from DefaultConfig.
@@ -39,7 +40,8 @@ type Config struct {
 	Host string
 	// GatewayPort, BudgetdPort and VerifierPort are gRPC ports; verifier i
 	// (from 0) listens on VerifierPort+i. Metrics listen on the gRPC port
-	// + MetricsOffset. Port 0 picks free ports (and no metrics).
+	// + MetricsOffset (none when it is 0). Port 0 picks free ports, for the
+	// metrics too.
 	GatewayPort, BudgetdPort, VerifierPort int
 	MetricsOffset                          int
 	// Verifiers is how many verifiers to run.
@@ -71,15 +73,15 @@ func DefaultConfig() Config {
 	return Config{
 		Etcd: embeddedetcd.Config{
 			DataDir:   "levee-local.etcd",
-			ClientURL: "127.0.0.1:2379", // http://, or https:// with TLSDir
-			PeerURL:   "127.0.0.1:2380",
+			ClientURL: wellknown.LoopbackAddr(wellknown.EtcdClientPort), // http://, or https:// with TLSDir
+			PeerURL:   wellknown.LoopbackAddr(wellknown.EtcdPeerPort),
 			Name:      "levee-local",
 		},
-		Host:          "127.0.0.1",
-		GatewayPort:   7700,
-		BudgetdPort:   7702,
-		VerifierPort:  7711,
-		MetricsOffset: 2000,
+		Host:          wellknown.Loopback,
+		GatewayPort:   wellknown.GatewayPort,
+		BudgetdPort:   wellknown.BudgetdPort,
+		VerifierPort:  wellknown.LocalVerifierPort,
+		MetricsOffset: wellknown.MetricsOffset,
 		Verifiers:     2,
 		Policy:        verify.DefaultPolicy(),
 	}
@@ -142,10 +144,14 @@ func Run(ctx context.Context, cfg Config, ready func(Addresses)) error {
 	// taken before anything dials it.
 	listen := func(port int) (net.Listener, net.Listener, error) {
 		lis, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(port)))
-		if err != nil || port == 0 || cfg.MetricsOffset == 0 {
+		if err != nil || cfg.MetricsOffset == 0 {
 			return lis, nil, err
 		}
-		mlis, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(port+cfg.MetricsOffset)))
+		mport := 0
+		if port != 0 {
+			mport = port + cfg.MetricsOffset
+		}
+		mlis, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(mport)))
 		if err != nil {
 			lis.Close()
 			return nil, nil, err

@@ -16,9 +16,11 @@ import (
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/internal/promscrape"
 	"github.com/leveehq/levee/internal/testlock"
 	"github.com/leveehq/levee/pkg/verifier"
 	"github.com/leveehq/levee/pkg/verify"
+	"github.com/leveehq/levee/pkg/wellknown"
 )
 
 func TestMain(m *testing.M) {
@@ -107,6 +109,39 @@ func TestLocalFleet(t *testing.T) {
 			t.Fatalf("budgetd never saw the gateway's key: %v, %v", st, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+
+	// What other programs read from each member's /metrics is there, under
+	// the names they read it by.
+	for _, m := range []struct {
+		addr  string
+		names []string
+	}{
+		{a.GatewayMetrics, wellknown.GatewayMetrics},
+		{a.GatewayMetrics, wellknown.BudgetMetrics}, // the gateway's own budget client
+		{a.BudgetdMetrics, wellknown.BudgetdMetrics},
+		{a.VerifierMetrics[0], wellknown.VerifierMetrics},
+	} {
+		// Per-verifier gauges are refreshed once a second.
+		var missing []string
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			mfs, err := promscrape.Fetch(ctx, "http://"+m.addr+"/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			missing = missing[:0]
+			for _, name := range m.names {
+				if _, ok := mfs[name]; !ok {
+					missing = append(missing, name)
+				}
+			}
+			if len(missing) == 0 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if len(missing) > 0 {
+			t.Errorf("%s does not export %v, which wellknown names", m.addr, missing)
+		}
 	}
 
 	cancel()

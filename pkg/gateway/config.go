@@ -13,6 +13,7 @@ import (
 	"github.com/leveehq/levee/pkg/deadline"
 	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/registry"
+	"github.com/leveehq/levee/pkg/wellknown"
 )
 
 // errInvalidMargin is Validate's error for a MarginConfig out of range.
@@ -165,8 +166,8 @@ type AutopilotConfig struct {
 // verifiers found in etcd on localhost.
 func DefaultConfig() Config {
 	return Config{
-		ListenAddr:      "127.0.0.1:7700",
-		MetricsAddr:     "127.0.0.1:9700",
+		ListenAddr:      wellknown.LoopbackAddr(wellknown.GatewayPort),
+		MetricsAddr:     wellknown.LoopbackAddr(wellknown.GatewayPort + wellknown.MetricsOffset),
 		EtcdDialTimeout: 5 * time.Second,
 		VerifiersTarget: registry.DefaultTarget,
 		SettingsKey:     DefaultSettingsKey,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/leveehq/levee/internal/promscrape"
 	"github.com/leveehq/levee/pkg/metastable"
+	"github.com/leveehq/levee/pkg/wellknown"
 )
 
 // MarginConfig says what the bistability margin assumes of the callers, for
@@ -136,11 +137,11 @@ func newMarginGauges(reg prometheus.Registerer) marginGauges {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 	}
 	m := marginGauges{
-		margin: g("levee_gateway_bistability_margin",
+		margin: g(wellknown.MetricGatewayMargin,
 			"1 − (load the callers would offer after a trigger that failed every attempt) ÷ capacity: above 0 the fleet returns by itself, at or below 0 its callers' retries can hold it congested (package metastable). NaN while the capacity is unknown."),
-		offered:  g("levee_gateway_margin_offered_per_second", "First attempts per second over the last 10 s, as the margin counts them."),
-		capacity: g("levee_gateway_margin_capacity_per_second", "Verifications per second the serving verifiers can answer: workers ÷ median service time, summed."),
-		load:     g("levee_gateway_margin_congested_load_per_second", "Attempts per second the callers would settle at after a trigger (the congested fixed point, or the first attempts when there is none)."),
+		offered:  g(wellknown.MetricGatewayMarginOffered, "First attempts per second over the last 10 s, as the margin counts them."),
+		capacity: g(wellknown.MetricGatewayMarginCapacity, "Verifications per second the serving verifiers can answer: workers ÷ median service time, summed."),
+		load:     g(wellknown.MetricGatewayMarginCongestedAt, "Attempts per second the callers would settle at after a trigger (the congested fixed point, or the first attempts when there is none)."),
 	}
 	reg.MustRegister(m.margin, m.offered, m.capacity, m.load)
 	return m
@@ -169,10 +170,10 @@ func PrintMargin(ctx context.Context, w io.Writer, url string) error {
 	if err != nil {
 		return fmt.Errorf("gateway metrics: %w", err)
 	}
-	margin := mfs.Sum("levee_gateway_bistability_margin", nil)
-	offered := mfs.Sum("levee_gateway_margin_offered_per_second", nil)
-	capacity := mfs.Sum("levee_gateway_margin_capacity_per_second", nil)
-	load := mfs.Sum("levee_gateway_margin_congested_load_per_second", nil)
+	margin := mfs.Sum(wellknown.MetricGatewayMargin, nil)
+	offered := mfs.Sum(wellknown.MetricGatewayMarginOffered, nil)
+	capacity := mfs.Sum(wellknown.MetricGatewayMarginCapacity, nil)
+	load := mfs.Sum(wellknown.MetricGatewayMarginCongestedAt, nil)
 	var verdict string
 	switch {
 	case math.IsNaN(margin):

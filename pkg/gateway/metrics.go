@@ -9,6 +9,7 @@ import (
 	"github.com/leveehq/levee/pkg/admission"
 	"github.com/leveehq/levee/pkg/breaker"
 	"github.com/leveehq/levee/pkg/callmeta"
+	"github.com/leveehq/levee/pkg/wellknown"
 )
 
 // Refusal reasons: the bounded values of the reason label.
@@ -107,12 +108,12 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 	byClass := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"priority", "attempt"})
 	}
-	admitted := byClass("levee_gateway_admitted_total", "Requests admitted past the edge limiter, by priority and attempt class (first, retry).")
+	admitted := byClass(wellknown.MetricGatewayAdmitted, "Requests admitted past the edge limiter, by priority and attempt class (first, retry).")
 	goodput := byClass("levee_gateway_goodput_total", "Requests answered successfully before the caller's deadline.")
-	late := byClass("levee_gateway_late_total", "Requests answered after the caller's deadline: wasted work.")
-	failed := byClass("levee_gateway_failed_total", "Admitted requests that ended in an error other than bad input (verifier refusal, node loss, deadline).")
+	late := byClass(wellknown.MetricGatewayLate, "Requests answered after the caller's deadline: wasted work.")
+	failed := byClass(wellknown.MetricGatewayFailed, "Admitted requests that ended in an error other than bad input (verifier refusal, node loss, deadline).")
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "levee_gateway_refused_total",
+		Name: wellknown.MetricGatewayRefused,
 		Help: "Requests refused at the edge without a hop, by priority, attempt class and reason (limit, priority, deadline, no_verifier, busy).",
 	}, []string{"priority", "attempt", "reason"})
 
@@ -122,7 +123,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 			Help: "Requests refused at the edge as bad input (INVALID_ARGUMENT).",
 		}),
 		fleetRetries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "levee_gateway_fleet_retries_total",
+			Name: wellknown.MetricGatewayFleetRetries,
 			Help: "Hops retried on another verifier with a token from the fleet-wide budget.",
 		}),
 		fleetNoBudget: prometheus.NewCounter(prometheus.CounterOpts{
@@ -148,7 +149,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 			Help: "Runtime settings read from etcd and rejected (the last good ones stay in force).",
 		}),
 		autoEngaged: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "levee_gateway_autopilot_engaged",
+			Name: wellknown.MetricGatewayAutopilotEngaged,
 			Help: "1 while the recovery autopilot holds admission clamped.",
 		}),
 		autoActions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -164,7 +165,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 			Help: "Calls outstanding per verifier (at most 64 verifiers shown).",
 		}, []string{"verifier"}),
 		vBreaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "levee_gateway_verifier_breaker_state",
+			Name: wellknown.MetricGatewayVerifierBreaker,
 			Help: "Circuit breaker per verifier: 0 closed, 1 half-open, 2 open.",
 		}, []string{"verifier"}),
 		vEjected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -180,7 +181,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 			Help: "Fraction of picks the verifier's breaker admits (1 closed, 0 open, the ramp step half-open).",
 		}, []string{"verifier"}),
 		vServing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "levee_gateway_verifier_serving",
+			Name: wellknown.MetricGatewayVerifierServing,
 			Help: "1 while the verifier's health stream says SERVING.",
 		}, []string{"verifier"}),
 		vSlots: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -223,7 +224,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 	reg.MustRegister(admitted, goodput, late, failed, refused, m.invalid, m.fleetRetries, m.fleetNoBudget,
 		m.verifierWait, m.forwardLatency, m.retryRatio, m.configErrors, m.autoEngaged, m.autoActions, m.autoFlushed,
 		m.vOutstanding, m.vBreaker, m.vEjected, m.vEjections, m.vFraction, m.vServing, m.vSlots, m.vStanding, m.vResults,
-		lim("levee_gateway_limit", "Effective concurrency limit: min(adaptive, ceiling, clamp, autopilot clamp).",
+		lim(wellknown.MetricGatewayLimit, "Effective concurrency limit: min(adaptive, ceiling, clamp, autopilot clamp).",
 			func(s admission.Snapshot) float64 { return float64(s.Limit) }),
 		lim("levee_gateway_limit_adaptive", "The adaptive limiter's own limit.",
 			func(s admission.Snapshot) float64 { return float64(s.Adaptive) }),
@@ -233,7 +234,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 			func(s admission.Snapshot) float64 { return float64(s.Clamp) }),
 		lim("levee_gateway_limit_autopilot", "Autopilot clamp of the limit (0: none).",
 			func(s admission.Snapshot) float64 { return float64(s.Emergency) }),
-		lim("levee_gateway_inflight", "Requests admitted and not yet answered.",
+		lim(wellknown.MetricGatewayInflight, "Requests admitted and not yet answered.",
 			func(s admission.Snapshot) float64 { return float64(s.InFlight) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "levee_gateway_verifiers",

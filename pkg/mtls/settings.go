@@ -9,6 +9,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/leveehq/levee/pkg/wellknown"
 )
 
 // Settings is a component's choice of transport security, as its flags give
@@ -29,11 +31,11 @@ type Settings struct {
 // AddFlags registers -tls-dir, -tls-ca, -tls-cert, -tls-key and -insecure
 // on fs.
 func (s *Settings) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&s.Dir, "tls-dir", s.Dir, "directory of a `levee certs` set: ca.crt and this component's NAME.crt and NAME.key")
+	fs.StringVar(&s.Dir, wellknown.FlagTLSDir, s.Dir, "directory of a `levee certs` set: ca.crt and this component's NAME.crt and NAME.key")
 	fs.StringVar(&s.Files.CA, "tls-ca", s.Files.CA, "PEM bundle of the CAs peers' certificates must chain to (overrides -tls-dir's)")
 	fs.StringVar(&s.Files.Cert, "tls-cert", s.Files.Cert, "PEM certificate (then intermediates) this component presents (overrides -tls-dir's)")
 	fs.StringVar(&s.Files.Key, "tls-key", s.Files.Key, "PEM private key of -tls-cert (overrides -tls-dir's)")
-	fs.BoolVar(&s.Insecure, "insecure", s.Insecure, "plaintext gRPC and etcd, no certificates: a trusted network only")
+	fs.BoolVar(&s.Insecure, wellknown.FlagInsecure, s.Insecure, "plaintext gRPC and etcd, no certificates: a trusted network only")
 }
 
 // ErrInsecureWithCertificates is Load's error when both plaintext and

@@ -15,6 +15,7 @@ import (
 	"github.com/leveehq/levee/pkg/registry"
 	"github.com/leveehq/levee/pkg/residentheap"
 	"github.com/leveehq/levee/pkg/verify"
+	"github.com/leveehq/levee/pkg/wellknown"
 )
 
 // Config configures a verifier. Start from DefaultConfig.
@@ -110,8 +111,8 @@ type Config struct {
 // DefaultConfig returns the production defaults.
 func DefaultConfig() Config {
 	return Config{
-		ListenAddr:    "127.0.0.1:7701",
-		MetricsAddr:   "127.0.0.1:9701",
+		ListenAddr:    wellknown.LoopbackAddr(wellknown.VerifierPort),
+		MetricsAddr:   wellknown.LoopbackAddr(wellknown.VerifierPort + wellknown.MetricsOffset),
 		Workers:       runtime.GOMAXPROCS(0),
 		QueueCapacity: 256,
 		MaxQueueWait:  time.Second,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/verify"
+	"github.com/leveehq/levee/pkg/wellknown"
 	"github.com/leveehq/levee/pkg/workpool"
 )
 
@@ -45,7 +46,7 @@ func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *verify.Co
 	stall *stallDetector) *metrics {
 	m := &metrics{
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "levee_verifier_queue_wait_seconds",
+			Name:    wellknown.MetricVerifierQueueWait,
 			Help:    "Time requests spent queued before a worker took them (or dropped them).",
 			Buckets: latencyBuckets,
 		}, []string{"rpc"}),
@@ -59,11 +60,11 @@ func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *verify.Co
 			Help: "Requests answered before the caller's deadline.",
 		}, []string{"rpc"}),
 		late: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "levee_verifier_late_total",
+			Name: wellknown.MetricVerifierLate,
 			Help: "Requests whose hash completed after the caller's deadline or departure: wasted work.",
 		}, []string{"rpc"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "levee_verifier_dropped_total",
+			Name: wellknown.MetricVerifierDropped,
 			Help: "Requests not hashed, by reason (arrival, dequeue_expired, queue_expired, cancelled, draining, over_memory) and priority.",
 		}, []string{"reason", "priority"}),
 		hashes: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -75,7 +76,7 @@ func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *verify.Co
 		return func() float64 { return f(pool.Stats()) }
 	}
 	m.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "levee_verifier_attempts_total",
+		Name: wellknown.MetricVerifierAttempts,
 		Help: "Verify calls received with a well-formed request, by algorithm of the stored hash (no_user: the policy's) and tenant (at most 32 values, then other).",
 	}, []string{"algorithm", "tenant"})
 	m.verdicts = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -89,7 +90,7 @@ func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *verify.Co
 			Help: "Hashes running now.",
 		}, stat(func(s workpool.Stats) float64 { return float64(s.Busy) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "levee_verifier_queue_length",
+			Name: wellknown.MetricVerifierQueueLength,
 			Help: "Requests waiting for a worker.",
 		}, stat(func(s workpool.Stats) float64 { return float64(s.Queued) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -109,7 +110,7 @@ func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *verify.Co
 			Help: "1 while the queue serves newest first.",
 		}, stat(func(s workpool.Stats) float64 { return b2f(s.LIFO) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "levee_verifier_expected_service_seconds",
+			Name: wellknown.MetricVerifierExpectedService,
 			Help: "Current estimate of one hash under the hashing policy: the calibrated time times the stretch.",
 		}, func() float64 { return model.Estimate(policy).Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

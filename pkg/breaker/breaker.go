@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/leveehq/levee/internal/window"
 )
 
 // State is the state of a Breaker.
@@ -84,8 +86,8 @@ type Breaker struct {
 
 	mu    sync.Mutex
 	st    State
-	last  int64 // latest clock reading: internal time never runs backwards
-	win   window
+	last  int64          // latest clock reading: internal time never runs backwards
+	win   *window.Window // outcomes while closed: okCount, failCount
 	trips uint64
 
 	// Half-open.
@@ -115,7 +117,7 @@ func New(cfg Config) (*Breaker, error) {
 		b.rand = rand.Float64
 	}
 	b.base = b.clock.Now()
-	b.win.width = int64(cfg.Window / numBuckets)
+	b.win = window.New(numBuckets, cfg.Window/numBuckets, 2)
 	return b, nil
 }
 
@@ -192,8 +194,8 @@ func (b *Breaker) Record(success bool) {
 	b.advanceLocked(now)
 	switch b.st {
 	case Closed:
-		b.win.add(now, success)
-		ok, fail := b.win.counts(now)
+		b.addOutcomeLocked(now, success)
+		ok, fail := b.countsLocked(now)
 		if n := ok + fail; n >= uint64(b.cfg.MinRequests) && float64(fail)/float64(n) >= b.cfg.FailureRate {
 			b.openLocked(now)
 		}
@@ -266,7 +268,7 @@ func (b *Breaker) Snapshot() Snapshot {
 	s := Snapshot{State: b.st, Fraction: b.fractionLocked(), Step: -1, Trips: b.trips}
 	switch b.st {
 	case Closed:
-		s.Successes, s.Failures = b.win.counts(now)
+		s.Successes, s.Failures = b.countsLocked(now)
 	case Open:
 		s.OpenUntil = b.at(b.openUntil.Load())
 	case HalfOpen:
@@ -287,6 +289,29 @@ func (b *Breaker) nowLocked() int64 {
 
 func (b *Breaker) at(t int64) time.Time { return b.base.Add(time.Duration(t)) }
 
+// numBuckets is how many buckets hold the rolling window: ten keeps the
+// window's edge within a tenth of Window and summing it trivially cheap.
+const numBuckets = 10
+
+// The numbers of the window's buckets.
+const (
+	okCount = iota
+	failCount
+)
+
+func (b *Breaker) addOutcomeLocked(now int64, success bool) {
+	i := okCount
+	if !success {
+		i = failCount
+	}
+	b.win.Add(b.at(now), i, 1)
+}
+
+// countsLocked sums the outcomes in the window ending now.
+func (b *Breaker) countsLocked(now int64) (ok, fail uint64) {
+	return uint64(b.win.Sum(b.at(now), okCount)), uint64(b.win.Sum(b.at(now), failCount))
+}
+
 // advanceLocked applies the time-based transitions due at now. At most one
 // is ever due: entering half-open or a new step empties the step's counts,
 // and a step needs outcomes to advance.
@@ -306,7 +331,7 @@ func (b *Breaker) advanceLocked(now int64) {
 			b.startStepLocked(b.step+1, now)
 			return
 		}
-		b.win.reset()
+		b.win.Reset()
 		b.setLocked(Closed)
 	}
 }

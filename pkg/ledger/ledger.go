@@ -4,6 +4,8 @@ import (
 	"math"
 	"sort"
 	"time"
+
+	"github.com/leveehq/levee/internal/window"
 )
 
 // shareFloor keeps a client with no reported traffic from a zero share, so
@@ -83,7 +85,7 @@ func (c *clientState) weight() float64 { return c.rate + shareFloor }
 // NewLedger returns an empty ledger; lease is how long granted tokens stay
 // valid (it sizes the cap).
 func NewLedger(s Settings, lease time.Duration, now time.Time) *Ledger {
-	return &Ledger{settings: s, lease: lease, born: now, last: now, clients: map[string]*clientState{}, window: rateWindow{origin: now}}
+	return &Ledger{settings: s, lease: lease, born: now, last: now, clients: map[string]*clientState{}, window: newRateWindow(now)}
 }
 
 // Settings returns the settings in force.
@@ -99,7 +101,7 @@ func (l *Ledger) SetSettings(s Settings, now time.Time) {
 
 // capacity is the most tokens held unspent.
 func (l *Ledger) capacity() float64 {
-	return l.settings.Burst + l.settings.Ratio*l.window.rate(&l.window.first)*l.lease.Seconds()
+	return l.settings.Burst + l.settings.Ratio*l.window.rate(firstCount)*l.lease.Seconds()
 }
 
 // earn adds the time allowance since the last call plus Ratio × first, split
@@ -286,8 +288,8 @@ func (l *Ledger) Status(now time.Time) LedgerStatus {
 	st := LedgerStatus{
 		Settings:         l.settings,
 		Tokens:           l.pool + l.accounts,
-		FirstPerSecond:   l.window.rate(&l.window.first),
-		RetriesPerSecond: l.window.rate(&l.window.retries),
+		FirstPerSecond:   l.window.rate(firstCount),
+		RetriesPerSecond: l.window.rate(retryCount),
 		FirstTotal:       l.firstTotal,
 		RetriesTotal:     l.retriesTotal,
 		GrantedTotal:     l.grantedTotal,
@@ -301,23 +303,33 @@ func (l *Ledger) Status(now time.Time) LedgerStatus {
 	return st
 }
 
-// rateWindow counts events in one-second buckets over the last windowLen
-// seconds, counted on the monotonic clock from origin.
+// rateWindow counts first attempts and retries in one-second buckets over
+// the last windowLen seconds, counted on the monotonic clock from origin.
 const windowLen = 10
 
+const (
+	firstCount = iota
+	retryCount
+)
+
 type rateWindow struct {
-	origin         time.Time
-	first, retries [windowLen]float64
-	begun          bool
-	sec            int64 // the second the newest bucket holds
-	started        int64 // the earliest second any count covers
+	origin  time.Time
+	w       *window.Window
+	begun   bool
+	sec     int64 // the newest second seen
+	started int64 // the earliest second any count covers
+}
+
+func newRateWindow(origin time.Time) rateWindow {
+	return rateWindow{origin: origin, w: window.New(windowLen, time.Second, 2).AlignTo(origin)}
 }
 
 func (w *rateWindow) second(t time.Time) int64 {
 	return int64(math.Floor(t.Sub(w.origin).Seconds()))
 }
 
-func bucket(s int64) int { return int(((s % windowLen) + windowLen) % windowLen) }
+// at is the start of second s.
+func (w *rateWindow) at(s int64) time.Time { return w.origin.Add(time.Duration(s) * time.Second) }
 
 func (w *rateWindow) advance(now time.Time) {
 	s := w.second(now)
@@ -325,15 +337,7 @@ func (w *rateWindow) advance(now time.Time) {
 		w.begun, w.started, w.sec = true, s, s
 		return
 	}
-	if s-w.sec >= windowLen { // long gap: everything is stale
-		w.first, w.retries = [windowLen]float64{}, [windowLen]float64{}
-		w.sec = s
-		return
-	}
-	for ; w.sec < s; w.sec++ {
-		i := bucket(w.sec + 1)
-		w.first[i], w.retries[i] = 0, 0
-	}
+	w.sec = max(w.sec, s)
 }
 
 // add counts first and retries spread evenly over the span ending at now
@@ -341,9 +345,8 @@ func (w *rateWindow) advance(now time.Time) {
 func (w *rateWindow) add(now time.Time, span time.Duration, first, retries uint64) {
 	w.advance(now)
 	if span < time.Second {
-		i := bucket(w.sec)
-		w.first[i] += float64(first)
-		w.retries[i] += float64(retries)
+		w.w.Add(w.at(w.sec), firstCount, float64(first))
+		w.w.Add(w.at(w.sec), retryCount, float64(retries))
 		return
 	}
 	end := now.Sub(w.origin).Seconds()
@@ -355,22 +358,17 @@ func (w *rateWindow) add(now time.Time, span time.Duration, first, retries uint6
 		if share <= 0 {
 			continue
 		}
-		i := bucket(s)
-		w.first[i] += share * float64(first)
-		w.retries[i] += share * float64(retries)
+		w.w.Add(w.at(s), firstCount, share*float64(first))
+		w.w.Add(w.at(s), retryCount, share*float64(retries))
 	}
 }
 
-// rate is events per second over the window (or since the earliest count,
+// rate is count i per second over the window (or since the earliest count,
 // if that is shorter). It does not advance the window.
-func (w *rateWindow) rate(b *[windowLen]float64) float64 {
+func (w *rateWindow) rate(i int) float64 {
 	if !w.begun {
 		return 0
 	}
-	var sum float64
-	for _, v := range b {
-		sum += v
-	}
 	span := min(float64(w.sec-w.started+1), windowLen)
-	return sum / span
+	return w.w.Sum(w.at(w.sec), i) / span
 }

@@ -84,7 +84,7 @@ func (g *Gateway) ApplySettings(s Settings) error {
 	g.auto.timeout.Store(int64(durationOr(s.ClientTimeout, cfg.Autopilot.ClientTimeout)))
 	if !sameBreaker(*g.brkCfg.Load(), brk) {
 		g.brkCfg.Store(&brk)
-		g.backends.resetBreakers()
+		g.verifiers.ResetBreakers()
 	}
 	return nil
 }

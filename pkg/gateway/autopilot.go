@@ -260,7 +260,7 @@ func (a *autopilot) tick(s signals) {
 	a.lastThroughput = s.throughput
 	a.peakThroughput = max(a.rate, a.peakThroughput*0.99)
 	log := a.g.log
-	a.ejectRefusing(time.Now())
+	a.ejectRefusing(a.g.clock.Now())
 	if !a.enabled.Load() {
 		if a.engaged.Load() {
 			a.standDown("autopilot disabled")
@@ -336,14 +336,14 @@ func (a *autopilot) tick(s signals) {
 
 // ejectRefusing takes out of rotation the verifiers that refuse everything
 // while another serves (Gateway.ejectRefusing), when the autopilot is on.
-// Each tick calls it, and so does each bad answer (at most every
-// outlierJudgeEvery, see Gateway.judgeSoon): a verifier whose ejection
+// Each tick calls it, and so does each judgement of the outliers after a
+// bad answer (upstream.Config.AfterJudging): a verifier whose ejection
 // ended is judged on its first answers, not a tick later.
 func (a *autopilot) ejectRefusing(now time.Time) {
 	if !a.enabled.Load() {
 		return
 	}
-	for _, addr := range a.g.ejectRefusing(now) {
+	for _, addr := range a.g.verifiers.EjectRefusing(now) {
 		a.g.metrics.autoActions.WithLabelValues("eject").Inc()
 		a.g.log.Warn("autopilot ejected a verifier refusing everything while others serve", "verifier", addr)
 	}

@@ -7,6 +7,7 @@ import (
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/pkg/breaker"
+	"github.com/leveehq/levee/pkg/gateway/internal/upstream"
 )
 
 // A verifier that serves but fails (faults injected through its capacity
@@ -21,9 +22,9 @@ func TestBreakerTripsAndRampsBack(t *testing.T) {
 	cfg.Breaker.StepFor = 700 * time.Millisecond
 	gw := startGateway(t, cfg)
 	gw.waitServing(t, 2)
-	var b1 *backend
-	for _, b := range gw.g.backends.list() {
-		if b.addr == v1.addr {
+	var b1 *upstream.Node
+	for _, b := range gw.g.verifiers.List() {
+		if b.Addr() == v1.addr {
 			b1 = b
 		}
 	}
@@ -42,14 +43,14 @@ func TestBreakerTripsAndRampsBack(t *testing.T) {
 		if call() != nil {
 			failed++
 		}
-		if b1.brk.Load().State() == breaker.Open {
+		if b1.Breaker().State() == breaker.Open {
 			break
 		}
 	}
-	if st := b1.brk.Load().State(); st != breaker.Open {
+	if st := b1.Breaker().State(); st != breaker.Open {
 		t.Fatalf("v1 failing every call: breaker %v after %d failures, want open", st, failed)
 	}
-	if !b1.eligible() {
+	if !b1.Eligible() {
 		t.Fatalf("a failing verifier was taken out by its health, not its breaker")
 	}
 	if _, err := v1.admin.SetCapacity(ctx, &verifyv1.SetCapacityRequest{}); err != nil {
@@ -69,7 +70,7 @@ func TestBreakerTripsAndRampsBack(t *testing.T) {
 	base := hashes()
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		snap := b1.brk.Load().Snapshot()
+		snap := b1.Breaker().Snapshot()
 		if snap.Fraction != cur.fraction {
 			if cur.fraction >= 0 {
 				now := hashes()
@@ -122,13 +123,13 @@ func TestBreakerSettingsChangeKeepsOpenBreakersOpen(t *testing.T) {
 	v1, v2 := startVerifier(t, nil), startVerifier(t, nil)
 	gw := startGateway(t, gatewayConfig(v1.addr, v2.addr))
 	gw.waitServing(t, 2)
-	list := gw.g.backends.list()
-	list[0].brk.Load().Trip()
-	gw.g.backends.resetBreakers()
-	if got := list[0].brk.Load().State(); got == breaker.Closed {
+	list := gw.g.verifiers.List()
+	list[0].Breaker().Trip()
+	gw.g.verifiers.ResetBreakers()
+	if got := list[0].Breaker().State(); got == breaker.Closed {
 		t.Errorf("tripped breaker after a settings change: %v, want not closed", got)
 	}
-	if got := list[1].brk.Load().State(); got != breaker.Closed {
+	if got := list[1].Breaker().State(); got != breaker.Closed {
 		t.Errorf("healthy breaker after a settings change: %v, want closed", got)
 	}
 }
@@ -148,7 +149,7 @@ func TestRefusedCallsDoNotSpendHalfOpenProbes(t *testing.T) {
 	cfg.Breaker.Rand = func() float64 { return 0.999 } // chance admits nothing below the 100 % step
 	gw := startGateway(t, cfg)
 	gw.waitServing(t, 1)
-	b := gw.g.backends.list()[0]
+	b := gw.g.verifiers.List()[0]
 	stored := storedHash("pw", 64, 1)
 
 	refusals := []struct {
@@ -170,9 +171,9 @@ func TestRefusedCallsDoNotSpendHalfOpenProbes(t *testing.T) {
 		t.Run(r.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			b.brk.Load().Trip()
+			b.Breaker().Trip()
 			waitFor(t, 5*time.Second, "the breaker to turn half-open", func() bool {
-				return b.brk.Load().State() == breaker.HalfOpen
+				return b.Breaker().State() == breaker.HalfOpen
 			})
 			if err := r.call(ctx); err == nil {
 				t.Fatalf("%s: answered, want refused before the hop", r.name)
@@ -180,7 +181,7 @@ func TestRefusedCallsDoNotSpendHalfOpenProbes(t *testing.T) {
 			_, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")})
 			if err != nil {
 				t.Fatalf("the call after one refused before the hop: %v (breaker %+v), want the half-open probe answered",
-					err, b.brk.Load().Snapshot())
+					err, b.Breaker().Snapshot())
 			}
 		})
 	}

@@ -22,6 +22,17 @@ var errInvalidMargin = errors.New("gateway: Margin: Attempts must be in [1, 100]
 // DefaultSettingsKey is the etcd key holding the gateway's runtime settings.
 const DefaultSettingsKey = "/levee/gateway/config"
 
+// Clock tells time. Durations are taken between its readings, so it must be
+// monotonic (the system clock's readings are). Tests inject a fake
+// (breakertest.Clock is one).
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
 // Config configures a gateway. Start from DefaultConfig.
 type Config struct {
 	// ListenAddr is the gRPC address (Run only).
@@ -58,17 +69,14 @@ type Config struct {
 	Deadline deadline.Config
 	// Admission configures the edge concurrency limiter.
 	Admission admission.Config
-	// VerifierQueueDelay bounds in time the queue the gateway lets stand at
-	// each verifier beyond its workers (which each verifier reports in its
-	// answers): as many calls as its workers finish in this long at its
-	// median service time, at least one per worker. A burst may queue
-	// longer, up to two thirds of the verifier's own reported bound,
-	// until the queue has stood above this size for a whole second (see
-	// Gateway.fitQueues): so that a burst waits briefly instead of being
-	// refused (a verifier with no queue at all is a loss system: at 60 %
-	// utilisation it refuses a quarter of the calls), and an overload's
-	// queue waits no longer than this. Zero: no queue at all. Critical
-	// first attempts may use one slot more.
+	// VerifierQueueDelay is the queue the gateway lets stand at each
+	// verifier beyond its workers, in time: as many calls as its workers
+	// finish in this long at its median service time, at least one per
+	// worker. A burst may queue up to two thirds of the verifier's own
+	// reported bound until the queue has stood above this for a whole
+	// second (package upstream; docs/gateway.md, "Queue sizes"). Zero: no
+	// queue at all, a loss system. Critical first attempts may use one
+	// slot more.
 	VerifierQueueDelay time.Duration
 	// Breaker configures each verifier's circuit breaker.
 	Breaker breaker.Config
@@ -107,6 +115,14 @@ type Config struct {
 	// certificates it verifies against the same CA bundle. Nil is plaintext
 	// everywhere (-insecure).
 	TLS *mtls.Source
+
+	// Clock tells time for the gateway's rules: its windows, ejections,
+	// held queue sizes, worker-count expiry and once-a-second housekeeping
+	// (and, where they have none of their own, the limiter's and the
+	// breakers'). nil means the system clock. Deadlines handed to gRPC
+	// contexts, and the waits that bound real connections, run on real
+	// time whatever it is.
+	Clock Clock
 
 	// Logger receives operational logs; nil means slog.Default(). Nothing
 	// is logged per request.

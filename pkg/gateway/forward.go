@@ -15,6 +15,7 @@ import (
 	"github.com/leveehq/levee/pkg/admission"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/deadline"
+	"github.com/leveehq/levee/pkg/gateway/internal/upstream"
 )
 
 var errNoUserWithHash = errors.New("no_user verification takes no encoded_hash")
@@ -64,12 +65,12 @@ func (g *Gateway) admit(ctx context.Context, c *call) error {
 // pickFor reserves a slot on a verifier for c, or refuses: the pick is the
 // last check before the hop, because it asks the chosen verifier's breaker,
 // and a half-open breaker's probe spent on a call refused afterwards would
-// test nothing (see breaker.Breaker.Cancel). The caller owes the slot's
-// release (backend.release after the hop, backend.unsent before it).
-func (g *Gateway) pickFor(ctx context.Context, c *call) (*backend, error) {
-	b, serving := g.backends.pick(nil, c.slotQueue())
-	if b != nil {
-		return b, nil
+// test nothing (see breaker.Breaker.Cancel). The caller owes the slot: the
+// hop hands it back with the answer (Node.Observe), or Node.Unsent before.
+func (g *Gateway) pickFor(ctx context.Context, c *call) (*upstream.Node, error) {
+	v, serving := g.verifiers.Pick(nil, c.slotQueue())
+	if v != nil {
+		return v, nil
 	}
 	g.pushback(ctx)
 	if !serving {
@@ -145,22 +146,15 @@ func (g *Gateway) Hash(ctx context.Context, req *verifyv1.HashRequest) (*verifyv
 // passed back as it came.
 func (g *Gateway) forwardUnguarded(ctx context.Context, c *call, hop hopFunc) error {
 	g.clientRatio.add(!c.retry)
-	b := g.backends.next()
-	if b == nil {
+	v := g.verifiers.Next()
+	if v == nil {
 		return errNoVerifier
 	}
 	c.metrics.admitted.Inc()
-	b.pending.Add(1)
+	v.Hold()
 	var trailer metadata.MD
-	err := hop(callmeta.AppendOutgoing(ctx, c.facts), b.client, grpc.Trailer(&trailer))
-	b.pending.Add(-1)
-	served := callmeta.ServedFrom(trailer)
-	if served.Workers > 0 {
-		b.workers.Store(int64(served.Workers))
-	}
-	if served.Service > 0 {
-		b.service.observe(served.Service) // for the bistability margin only
-	}
+	err := hop(callmeta.AppendOutgoing(ctx, c.facts), v.Client(), grpc.Trailer(&trailer))
+	v.ObserveUnguarded(trailer)
 	switch {
 	case err != nil:
 		c.metrics.failed.Inc()
@@ -204,14 +198,15 @@ func (g *Gateway) serve(ctx context.Context, c *call, hop hopFunc) error {
 			"remaining deadline %v is shorter than the gateway's forwarding margin %v; not forwarded",
 			remaining.Round(time.Millisecond), g.cfg.Deadline.Margin)
 	}
-	b, err := g.pickFor(ctx, c)
+	v, err := g.pickFor(ctx, c)
 	if err != nil {
 		return err
 	}
 	c.metrics.admitted.Inc()
 
 	// The clock is read once the call is admitted and has a verifier: a
-	// refusal never pays for it.
+	// refusal never pays for it. Real time: the autopilot derives context
+	// deadlines from it.
 	start := time.Now()
 	inflight := g.calls.add(start)
 	defer g.calls.remove(inflight)
@@ -223,17 +218,17 @@ func (g *Gateway) serve(ctx context.Context, c *call, hop hopFunc) error {
 	if g.retry != nil && !c.retry {
 		g.retry.RecordFirstAttempt()
 	}
-	res := g.hop(ctx, inflight, b, c.facts, hop)
+	res := g.hop(ctx, inflight, v, c.facts, hop)
 	// One layer retries a given failure: the gateway retries a caller's
 	// first attempt only, and once it has, tells the caller not to retry
 	// that failure again (pushback -1). Both layers retrying would make the
 	// fleet's bound (1 + r)² × first attempts instead of (1 + r).
 	if res.retryable && !c.retry {
-		if b2 := g.retryTarget(ctx, c, b); b2 != nil {
+		if v2 := g.retryTarget(ctx, c, v); v2 != nil {
 			g.metrics.fleetRetries.Inc()
 			g.fleetRatio.add(false)
 			g.retry.RecordRetry()
-			res = g.hop(ctx, inflight, b2, c.retryFacts(), hop)
+			res = g.hop(ctx, inflight, v2, c.retryFacts(), hop)
 			if res.err != nil && res.pushback == nil {
 				res.pushback = callmeta.DoNotRetry // the fleet already retried
 			}
@@ -275,19 +270,19 @@ func (g *Gateway) serve(ctx context.Context, c *call, hop hopFunc) error {
 // when the retry is not allowed: no budget configured or no token, no time
 // left to forward, or no other verifier with a free slot. A token is
 // spent only when a target exists.
-func (g *Gateway) retryTarget(ctx context.Context, c *call, failed *backend) *backend {
+func (g *Gateway) retryTarget(ctx context.Context, c *call, failed *upstream.Node) *upstream.Node {
 	if g.retry == nil || !deadline.CanFinish(ctx, g.cfg.Deadline.Margin) {
 		return nil
 	}
-	b, _ := g.backends.pick(failed, c.slotQueue())
-	if b == nil {
+	v, _ := g.verifiers.Pick(failed, c.slotQueue())
+	if v == nil {
 		return nil
 	}
 	if !g.retry.Allow() {
-		b.unsent()
+		v.Unsent()
 		return nil
 	}
-	return b
+	return v
 }
 
 // hopResult is what one hop tells the caller and the limiter.
@@ -300,12 +295,13 @@ type hopResult struct {
 	sample    admission.Sample
 }
 
-// hop makes one call to b and accounts for it: breaker, per-verifier
-// metrics, queue wait for the limiter and the autopilot.
-func (g *Gateway) hop(ctx context.Context, inflight *inflightCall, b *backend, f callmeta.Facts, fn hopFunc) hopResult {
+// hop makes one call to v and hands the answer to v (Node.Observe), which
+// accounts for it; what the answer means for the caller, the limiter and the
+// autopilot is worked out here from the verdict.
+func (g *Gateway) hop(ctx context.Context, inflight *inflightCall, v *upstream.Node, f callmeta.Facts, fn hopFunc) hopResult {
 	octx, cancel, err := g.cfg.Deadline.Outgoing(ctx)
 	if err != nil {
-		b.unsent()
+		v.Unsent()
 		return hopResult{err: status.Error(codes.DeadlineExceeded, "no time left to forward the call"),
 			sample: admission.Sample{Outcome: admission.OutcomeIgnore}}
 	}
@@ -314,80 +310,41 @@ func (g *Gateway) hop(ctx context.Context, inflight *inflightCall, b *backend, f
 	octx = callmeta.AppendOutgoing(octx, f)
 
 	var trailer metadata.MD
-	err = fn(octx, b.client, grpc.Trailer(&trailer))
-	b.release()
-	served := callmeta.ServedFrom(trailer)
-	if b.saw(served) {
-		b.fitQueue(g.cfg.VerifierQueueDelay)
+	err = fn(octx, v.Client(), grpc.Trailer(&trailer))
+	verdict := v.Observe(upstream.Answer{Err: err, Trailer: trailer, Cut: inflight.abandoned()})
+	if verdict.SlotsChanged {
 		g.fitCeiling()
 	}
 
-	if inflight.abandoned() {
-		// The autopilot cut it: the caller had given up.
-		return hopResult{err: errAbandoned, expired: true, sample: admission.Sample{Outcome: admission.OutcomeIgnore}}
-	}
-	code := status.Code(err)
-	// The caller's input and the caller leaving say nothing of the node.
-	now := time.Now()
-	good := code == codes.OK || code == codes.InvalidArgument || code == codes.Canceled
-	b.answers.add(now, good)
-	if !good {
-		g.judgeSoon(now)
-	}
 	res := hopResult{err: err, sample: admission.Sample{Outcome: admission.OutcomeIgnore},
 		expired: err != nil && octx.Err() != nil}
-	switch code {
-	case codes.OK, codes.InvalidArgument:
+	switch verdict.Outcome {
+	case upstream.Cut:
+		// The autopilot cut it: the caller had given up.
+		return hopResult{err: errAbandoned, expired: true, sample: admission.Sample{Outcome: admission.OutcomeIgnore}}
+	case upstream.Answered:
 		res.answered = true
-		b.brk.Load().Record(true)
-		g.metrics.result(b, "ok")
-		wait, service := served.QueueWait, served.Service
-		if wait >= 0 {
+		if wait := verdict.Served.QueueWait; wait >= 0 {
 			res.sample = admission.Sample{QueueWait: wait, Outcome: admission.OutcomeOK}
 			g.metrics.verifierWait.Observe(wait.Seconds())
-			g.auto.sawQueue(wait, service)
+			g.auto.sawQueue(wait, verdict.Served.Service)
 		}
-		if service > 0 {
-			b.service.observe(service)
-			if b.fitQueue(g.cfg.VerifierQueueDelay) {
-				g.fitCeiling()
-			}
-		}
-	case codes.ResourceExhausted:
-		if _, retry, present := callmeta.PushbackFrom(trailer); !present || retry {
-			// Not the verifier's own overload refusal (which always says
-			// "do not retry"): a transport limit, say. Counting it as
-			// overload would let any caller who can provoke it hold the
-			// limit at its floor.
-			g.metrics.result(b, "other")
-			break
-		}
-		// Overloaded: a load signal for the limiter, not a node fault.
-		g.metrics.result(b, "overloaded")
+	case upstream.Overloaded:
+		// A load signal for the limiter, not a node fault; the caller is
+		// told not to retry.
 		res.sample = admission.Sample{Outcome: admission.OutcomeOverloaded}
 		res.pushback = callmeta.DoNotRetry
-	case codes.Unavailable, codes.Internal, codes.Unknown, codes.DataLoss, codes.Unimplemented:
-		b.brk.Load().Record(false)
-		g.metrics.result(b, "failure")
+	case upstream.Failed:
 		// The transport's message names internal addresses; the caller
 		// gets a status that names the problem instead.
 		res.err = errVerifierFailed
-		if code == codes.Unavailable {
-			// Connection refused or lost, or the node draining: its health
-			// stream takes it out of rotation (a lost connection ends the
-			// stream, a drain says NOT_SERVING first); one failed call does
-			// not, or a transient error would exclude a healthy node until
-			// its health next changed. The breaker counts the failure.
+		if verdict.Code == codes.Unavailable {
+			// Connection refused or lost, or the node draining: another
+			// node may answer. Its health stream takes it out of rotation;
+			// one failed call does not.
 			res.err = errVerifierUnavailable
-			_, _, pushedBack := callmeta.PushbackFrom(trailer)
-			res.retryable = ctx.Err() == nil && !pushedBack
+			res.retryable = ctx.Err() == nil && !verdict.PushedBack
 		}
-	default:
-		// DEADLINE_EXCEEDED, CANCELED and the rest say nothing about the
-		// node's health: a deadline passing under load is the limiter's
-		// business, and tripping breakers on overload would turn it into
-		// an outage.
-		g.metrics.result(b, "other")
 	}
 	return res
 }

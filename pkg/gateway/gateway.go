@@ -37,6 +37,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -61,6 +62,7 @@ import (
 	"github.com/leveehq/levee/pkg/breaker"
 	"github.com/leveehq/levee/pkg/budget"
 	"github.com/leveehq/levee/pkg/callmeta"
+	"github.com/leveehq/levee/pkg/gateway/internal/upstream"
 	"github.com/leveehq/levee/pkg/verify"
 )
 
@@ -73,9 +75,10 @@ type Gateway struct {
 	reg     *prometheus.Registry
 	metrics *metrics
 
-	limiter  *admission.Limiter
-	backends *backends
-	parser   *verify.Verifier
+	clock     Clock
+	limiter   *admission.Limiter
+	verifiers *upstream.Set
+	parser    *verify.Verifier
 
 	etcd    *clientv3.Client
 	budgets *budget.Client
@@ -85,11 +88,14 @@ type Gateway struct {
 	health  *health.Server
 	streams *serving.Streams // ended at stop, so GracefulStop need not wait for them
 
-	clientRatio  ratioWindow // arrivals: first attempts vs retries
-	fleetRatio   ratioWindow // hops: first vs in-fleet retries
-	maxAttempt   maxWindow   // the highest attempt number arriving
+	clientRatio  *ratioWindow // arrivals: first attempts vs retries
+	fleetRatio   *ratioWindow // hops: first vs in-fleet retries
+	maxAttempt   *maxWindow   // the highest attempt number arriving
 	marginGauges marginGauges
 	pushbacks    [32]metadata.MD
+
+	tickMu   sync.Mutex
+	lastTick int64 // the clock's second tick last ran in
 
 	calls *callSet
 	auto  *autopilot
@@ -97,9 +103,6 @@ type Gateway struct {
 	brkCfg    atomic.Pointer[breaker.Config]
 	settings  atomic.Pointer[Settings]
 	closeOnce sync.Once
-
-	outlierMu     sync.Mutex   // one ejectOutliers at a time
-	outlierJudged atomic.Int64 // unix nanos of the last judgeSoon
 }
 
 var _ verifyv1.VerifyServiceServer = (*Gateway)(nil)
@@ -116,19 +119,35 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	clock := cfg.Clock
+	if clock == nil {
+		clock = systemClock{}
+	}
+	// One clock for every rule the gateway keeps.
+	if cfg.Admission.Clock == nil {
+		cfg.Admission.Clock = clock
+	}
+	if cfg.Breaker.Clock == nil {
+		cfg.Breaker.Clock = clock
+	}
 	limiter, err := admission.New(cfg.Admission)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g := &Gateway{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		reg:     cfg.Registry,
-		limiter: limiter,
-		parser:  parser,
-		health:  health.NewServer(),
-		streams: serving.NewStreams(),
-		calls:   newCallSet(),
+		cfg:         cfg,
+		clock:       clock,
+		log:         cfg.Logger,
+		reg:         cfg.Registry,
+		limiter:     limiter,
+		parser:      parser,
+		health:      health.NewServer(),
+		streams:     serving.NewStreams(),
+		calls:       newCallSet(),
+		clientRatio: newRatioWindow(),
+		fleetRatio:  newRatioWindow(),
+		maxAttempt:  newMaxWindow(),
+		lastTick:    math.MinInt64,
 	}
 	if g.log == nil {
 		g.log = slog.Default()
@@ -151,7 +170,20 @@ func New(cfg Config) (*Gateway, error) {
 		// reconnects back off up to two minutes.
 		probe = 0
 	}
-	g.backends = newBackends(g.log, cfg.Verifiers, g.newBreaker, cfg.Deadline.Max, probe, cfg.TLS.DialOption(""), nil)
+	g.verifiers = upstream.New(upstream.Config{
+		Static:     cfg.Verifiers,
+		NewBreaker: g.newBreaker,
+		QueueDelay: cfg.VerifierQueueDelay,
+		RetireFor:  cfg.Deadline.Max,
+		Probe:      probe,
+		Transport:  cfg.TLS.DialOption(""),
+		// A bad answer has the outliers judged at once, and with them the
+		// autopilot's verifiers that refuse everything.
+		AfterJudging: func(now time.Time) { g.auto.ejectRefusing(now) },
+		Clock:        clock,
+		Logger:       g.log,
+		Registry:     g.reg,
+	})
 	g.metrics = newMetrics(g.reg, g)
 	g.marginGauges = newMarginGauges(g.reg)
 	g.auto = newAutopilot(g, cfg.Autopilot)
@@ -163,7 +195,7 @@ func New(cfg Config) (*Gateway, error) {
 			TLS:         cfg.TLS,
 		})
 		if err != nil {
-			g.backends.close()
+			g.verifiers.Close()
 			return nil, fmt.Errorf("gateway: etcd: %w", err)
 		}
 	}
@@ -261,7 +293,7 @@ func (g *Gateway) Serve(ctx context.Context, lis, mlis net.Listener) error {
 	stopHTTP := serving.HTTP(grp, "gateway", mlis, promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg}))
 	if g.etcd != nil {
 		grp.Go(func() error {
-			etcdwatch.Follow(gctx, g.etcd, g.cfg.VerifiersTarget+"/", true, g.backends, g.log, "verifier registrations", 2*time.Second)
+			etcdwatch.Follow(gctx, g.etcd, g.cfg.VerifiersTarget+"/", true, g.verifiers, g.log, "verifier registrations", 2*time.Second)
 			return nil
 		})
 		grp.Go(func() error {
@@ -294,30 +326,12 @@ func (g *Gateway) Serve(ctx context.Context, lis, mlis net.Listener) error {
 	return grp.Wait()
 }
 
-// housekeep refreshes the gauges, the retry ratios, the ceiling and the
-// gateway's own health once a second.
+// housekeep calls tick once a second until ctx ends.
 func (g *Gateway) housekeep(ctx context.Context) {
-	const t0 = time.Second
-	t := time.NewTicker(t0)
+	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		g.ejectOutliers(time.Now())
-		for _, b := range g.backends.list() {
-			// Once a second, here only: the holds are in seconds, and so is
-			// the standing-queue test.
-			b.queueSizes.roll()
-			b.burstSizes.roll()
-			b.judgeStanding()
-		}
-		g.fitQueues()
-		g.fitCeiling()
-		g.setServing(g.ServingVerifiers() > 0)
-		g.metrics.observeVerifiers(g.backends.list())
-		ratio, firsts := g.clientRatio.roll()
-		g.metrics.retryRatio.WithLabelValues("clients").Set(ratio)
-		ratio, _ = g.fleetRatio.roll()
-		g.metrics.retryRatio.WithLabelValues("gateway").Set(ratio)
-		g.updateMargin(firsts / t0.Seconds())
+		g.tick()
 		select {
 		case <-ctx.Done():
 			return
@@ -326,12 +340,36 @@ func (g *Gateway) housekeep(ctx context.Context) {
 	}
 }
 
+// tick does the gateway's per-second work — the verifiers' (upstream.Set.
+// Tick), the ceiling, the gateway's own health, the retry ratios and the
+// bistability margin — once per second of the gateway's clock, however
+// often it is called: a test that drives a fake clock calls it itself, and
+// the housekeeping's real ticks in between change nothing.
+func (g *Gateway) tick() {
+	g.tickMu.Lock()
+	defer g.tickMu.Unlock()
+	now := g.clock.Now()
+	sec := now.Unix()
+	if sec == g.lastTick {
+		return
+	}
+	g.lastTick = sec
+	g.verifiers.Tick(now)
+	g.fitCeiling()
+	g.setServing(g.verifiers.Serving() > 0)
+	ratio, firsts := g.clientRatio.roll(now)
+	g.metrics.retryRatio.WithLabelValues("clients").Set(ratio)
+	ratio, _ = g.fleetRatio.roll(now)
+	g.metrics.retryRatio.WithLabelValues("gateway").Set(ratio)
+	g.updateMargin(now, firsts)
+}
+
 // Close stops the gateway at once, without draining. Serve calls it on
 // return; it is idempotent.
 func (g *Gateway) Close() {
 	g.closeOnce.Do(func() {
 		g.grpc.Stop()
-		g.backends.close()
+		g.verifiers.Close()
 		g.closeClients()
 	})
 }
@@ -347,12 +385,4 @@ func (g *Gateway) closeClients() {
 
 // ServingVerifiers returns how many verifiers the gateway would pick from now
 // (health SERVING, not retired), breakers aside.
-func (g *Gateway) ServingVerifiers() int {
-	n := 0
-	for _, b := range g.backends.list() {
-		if b.eligible() {
-			n++
-		}
-	}
-	return n
-}
+func (g *Gateway) ServingVerifiers() int { return g.verifiers.Serving() }

@@ -17,6 +17,7 @@ import (
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/internal/etcdtest"
 	"github.com/leveehq/levee/pkg/callmeta"
+	"github.com/leveehq/levee/pkg/gateway/internal/upstream"
 	"github.com/leveehq/levee/pkg/verifier"
 )
 
@@ -298,7 +299,7 @@ func TestFleetThroughEtcd(t *testing.T) {
 
 	// A drained verifier deregisters: the gateway forgets it.
 	v3.stop(t)
-	waitFor(t, 5*time.Second, "v3 gone from the gateway", func() bool { return len(gw.g.backends.list()) == 2 })
+	waitFor(t, 5*time.Second, "v3 gone from the gateway", func() bool { return len(gw.g.verifiers.List()) == 2 })
 
 	for _, v := range []*testVerifier{v1, v2} {
 		v.slow(t, 20)
@@ -326,16 +327,16 @@ func TestFleetThroughEtcd(t *testing.T) {
 		}()
 	}
 	time.Sleep(time.Second)
-	var b1 *backend
-	for _, b := range gw.g.backends.list() {
-		if b.addr == v1.addr {
+	var b1 *upstream.Node
+	for _, b := range gw.g.verifiers.List() {
+		if b.Addr() == v1.addr {
 			b1 = b
 		}
 	}
-	inflight := b1.pending.Load()
+	inflight := b1.Pending()
 	killed := time.Now()
 	v1.kill()
-	waitFor(t, 2*time.Second, "the gateway to stop routing to v1", func() bool { return !b1.eligible() })
+	waitFor(t, 2*time.Second, "the gateway to stop routing to v1", func() bool { return !b1.Eligible() })
 	detected := time.Since(killed)
 	time.Sleep(time.Second)
 	stopLoad()
@@ -372,7 +373,7 @@ func TestFleetThroughEtcd(t *testing.T) {
 	// The killed process's registration lives on in this test (its lease
 	// is kept alive in-process); a real crash lets it expire within the TTL
 	// (pkg/registry tests that). Meanwhile the gateway keeps v1 out.
-	if b1.eligible() {
+	if b1.Eligible() {
 		t.Errorf("v1 eligible again while dead")
 	}
 }

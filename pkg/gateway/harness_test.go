@@ -25,6 +25,7 @@ import (
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/internal/testlock"
 	"github.com/leveehq/levee/pkg/admission"
+	"github.com/leveehq/levee/pkg/breaker/breakertest"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/deadline"
 	"github.com/leveehq/levee/pkg/verifier"
@@ -155,6 +156,7 @@ func gatewayConfig(verifiers ...string) Config {
 type testGateway struct {
 	addr   string
 	g      *Gateway
+	clock  *breakertest.Clock // nil: the system clock
 	cc     *grpc.ClientConn
 	client verifyv1.VerifyServiceClient
 	cancel context.CancelFunc
@@ -185,13 +187,27 @@ func startGateway(t *testing.T, cfg Config) *testGateway {
 	return tg
 }
 
+// startGatewayOnFakeClock is startGateway on a clock that stands still
+// until the test advances it (tg.clock): the gateway's per-second work then
+// runs when the test calls tg.g.tick() (the housekeeping's real ticks
+// change nothing meanwhile), and its limiter and breakers keep the same
+// time.
+func startGatewayOnFakeClock(t *testing.T, cfg Config) *testGateway {
+	t.Helper()
+	clock := breakertest.NewClock(time.Now())
+	cfg.Clock = clock
+	tg := startGateway(t, cfg)
+	tg.clock = clock
+	return tg
+}
+
 // waitServing waits until the gateway sees n verifiers serving.
 func (tg *testGateway) waitServing(t *testing.T, n int) {
 	t.Helper()
 	waitFor(t, 10*time.Second, "verifiers serving", func() bool {
 		serving := 0
-		for _, b := range tg.g.backends.list() {
-			if b.eligible() {
+		for _, b := range tg.g.verifiers.List() {
+			if b.Eligible() {
 				serving++
 			}
 		}
@@ -260,15 +276,15 @@ func hasLabels(m *dto.Metric, want map[string]string) bool {
 // memory (KiB) and iterations.
 // learnService sends stored through the gateway until every verifier it
 // knows has answered at least once, so that each one's queue is sized by its
-// service time rather than the one-per-worker it gets before (fitQueues).
+// service time rather than the one-per-worker it gets before.
 func (gw *testGateway) learnService(t *testing.T, stored string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
 		all := true
-		for _, b := range gw.g.backends.list() {
-			all = all && b.service.median() > 0
+		for _, b := range gw.g.verifiers.List() {
+			all = all && b.ServiceTime() > 0
 		}
 		if all {
 			return

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,94 +36,6 @@ func (m MarginConfig) Validate() error {
 	return nil
 }
 
-// serviceSamples is the number of recent service times a backend keeps for
-// the capacity estimate.
-const serviceSamples = 16
-
-// serviceTimes keeps a verifier's recent service times; its median is
-// robust to the odd hash that spanned a pause.
-type serviceTimes struct {
-	mu   sync.Mutex
-	ring [serviceSamples]time.Duration
-	n    int
-	med  atomic.Int64 // the samples' median, recomputed by observe; 0 with none
-}
-
-// observe adds a sample and recomputes the median, once per sample, so
-// that the readers (each verifier's queue size, the limiter's target, the
-// margin) read it for nothing.
-func (s *serviceTimes) observe(d time.Duration) {
-	s.mu.Lock()
-	s.ring[s.n%serviceSamples] = d
-	s.n++
-	var xs [serviceSamples]time.Duration
-	k := min(s.n, serviceSamples)
-	copy(xs[:], s.ring[:k])
-	slices.Sort(xs[:k])
-	s.med.Store(int64(xs[k/2]))
-	s.mu.Unlock()
-}
-
-// median is the median of the samples, 0 with none.
-func (s *serviceTimes) median() time.Duration { return time.Duration(s.med.Load()) }
-
-// maxWindow is the highest value added over the last len(ring) rolls.
-type maxWindow struct {
-	cur  atomic.Int64
-	mu   sync.Mutex
-	ring [10]int64
-	n    int
-}
-
-func (w *maxWindow) add(v int64) {
-	for {
-		c := w.cur.Load()
-		if v <= c || w.cur.CompareAndSwap(c, v) {
-			return
-		}
-	}
-}
-
-// peek is the highest value added over the last len(ring) rolls and since
-// the last one, without rolling.
-func (w *maxWindow) peek() int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return max(w.cur.Load(), slices.Max(w.ring[:]))
-}
-
-// reset forgets every value added.
-func (w *maxWindow) reset() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.cur.Store(0)
-	clear(w.ring[:])
-}
-
-func (w *maxWindow) roll() int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.ring[w.n%len(w.ring)] = w.cur.Swap(0)
-	w.n++
-	return slices.Max(w.ring[:])
-}
-
-// capacity is what the serving verifiers can answer per second: each one's
-// workers over the median of its recent service times. Zero while no
-// serving verifier has answered yet.
-func (bs *backends) capacity() float64 {
-	c := 0.0
-	for _, b := range bs.list() {
-		if !b.eligible() {
-			continue
-		}
-		if s := b.service.median(); s > 0 {
-			c += float64(max(b.workers.Load(), 1)) / s.Seconds()
-		}
-	}
-	return c
-}
-
 // marginGauges export the bistability margin and what it is computed from.
 type marginGauges struct {
 	margin, offered, capacity, load prometheus.Gauge
@@ -147,14 +56,21 @@ func newMarginGauges(reg prometheus.Registerer) marginGauges {
 	return m
 }
 
-// updateMargin recomputes the margin from the last 10 s (housekeeping).
-func (g *Gateway) updateMargin(firstPerSecond float64) {
-	attempts := max(int(g.maxAttempt.roll()), g.cfg.Margin.Attempts)
+// updateMargin recomputes the margin from the last 10 s (tick).
+func (g *Gateway) updateMargin(now time.Time, firstPerSecond float64) {
+	attempts := max(int(g.maxAttempt.roll(now)), g.cfg.Margin.Attempts)
+	g.setMargin(g.verifiers.Capacity(), firstPerSecond, attempts)
+}
+
+// setMargin sets the margin gauges for callers offering firstPerSecond
+// first attempts to verifiers that answer capacity a second, making up to
+// attempts attempts each (within the configured retry budget, if any).
+func (g *Gateway) setMargin(capacity, firstPerSecond float64, attempts int) {
 	ratio := g.cfg.Margin.RetryRatio
 	if ratio < 0 {
 		ratio = math.Inf(1)
 	}
-	f := metastable.Fleet{Capacity: g.backends.capacity(), Sheds: !g.cfg.Unguarded}
+	f := metastable.Fleet{Capacity: capacity, Sheds: !g.cfg.Unguarded}
 	pops := []metastable.Population{{Offered: firstPerSecond, Attempts: attempts, RetryRatio: ratio}}
 	g.marginGauges.offered.Set(firstPerSecond)
 	g.marginGauges.capacity.Set(f.Capacity)

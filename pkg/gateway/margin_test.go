@@ -7,6 +7,7 @@ import (
 	"time"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/pkg/breaker/breakertest"
 	"github.com/leveehq/levee/pkg/metastable"
 	"github.com/leveehq/levee/pkg/verifier"
 )
@@ -67,10 +68,11 @@ func TestBistabilityMarginGauges(t *testing.T) {
 	}
 }
 
-// TestMarginArithmeticByFleetKind: with the inputs fixed (one verifier, 1
-// worker, 50 ms hashes: C = 20/s; 15 first attempts a second, 3 attempts
-// assumed), a guarded gateway sheds (no congested state below C: the load
-// after a trigger is A) and an unguarded one queues (3A = 45 > C: stuck).
+// TestMarginArithmeticByFleetKind: with the inputs fixed (C = 20/s; 15
+// first attempts a second, 3 attempts assumed), a guarded gateway sheds (no
+// congested state below C: the load after a trigger is A) and an unguarded
+// one queues (3A = 45 > C: stuck). The capacity's own arithmetic (workers
+// over median service times) is package upstream's to test.
 func TestMarginArithmeticByFleetKind(t *testing.T) {
 	for _, tc := range []struct {
 		unguarded bool
@@ -82,14 +84,7 @@ func TestMarginArithmeticByFleetKind(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := g.backends.list()[0]
-		b.serving.Store(true)
-		b.workers.Store(1)
-		for range serviceSamples {
-			b.service.observe(50 * time.Millisecond)
-		}
-		b.service.observe(10 * time.Second) // one hash that spanned a pause: the median ignores it
-		g.updateMargin(15)
+		g.setMargin(20, 15, 3)
 		got := func(name string) float64 { return gather(t, g.Registry(), name, nil) }
 		if c := got("levee_gateway_margin_capacity_per_second"); math.Abs(c-20) > 1e-9 {
 			t.Errorf("unguarded %v: capacity %v, want 20", tc.unguarded, c)
@@ -101,5 +96,46 @@ func TestMarginArithmeticByFleetKind(t *testing.T) {
 			t.Errorf("unguarded %v: margin %v, want %v", tc.unguarded, m, want)
 		}
 		g.Close()
+	}
+}
+
+// The gateway's per-second work runs once per second of its clock, however
+// often tick is called: a test on a fake clock calls it itself, and the
+// housekeeping's real ticks in between must change nothing.
+func TestTickOncePerSecondOfTheClock(t *testing.T) {
+	cfg := gatewayConfig("127.0.0.1:1") // never dialled: nothing is sent
+	clock := breakertest.NewClock(time.Unix(1_000_000, 0))
+	cfg.Clock = clock
+	g, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	ratio := func() float64 {
+		return gather(t, g.Registry(), "levee_gateway_retry_ratio", map[string]string{"source": "clients"})
+	}
+	g.tick()
+	for range 10 {
+		g.clientRatio.add(true)
+	}
+	for range 5 {
+		g.clientRatio.add(false)
+	}
+	clock.Advance(time.Second)
+	g.tick()
+	if got := ratio(); got != 0.5 {
+		t.Fatalf("retry ratio %v after 10 first attempts and 5 retries, want 0.5", got)
+	}
+	for range 10 {
+		g.clientRatio.add(false)
+	}
+	g.tick() // the same second
+	if got := ratio(); got != 0.5 {
+		t.Errorf("retry ratio %v after a second tick in the same second, want 0.5 (nothing rolled)", got)
+	}
+	clock.Advance(time.Second)
+	g.tick()
+	if got := ratio(); got != 1.5 {
+		t.Errorf("retry ratio %v a second later, want 1.5", got)
 	}
 }

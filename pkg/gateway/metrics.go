@@ -1,13 +1,9 @@
 package gateway
 
 import (
-	"sync"
-	"sync/atomic"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leveehq/levee/pkg/admission"
-	"github.com/leveehq/levee/pkg/breaker"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/wellknown"
 )
@@ -68,10 +64,6 @@ func (m *metrics) forClass(p callmeta.Priority, retry bool) *classMetrics {
 	return &m.class[pi][ai]
 }
 
-// maxVerifierLabels bounds the per-verifier series; verifiers beyond it are
-// still served, only not shown one by one.
-const maxVerifierLabels = 64
-
 type metrics struct {
 	class   [nPriorities][nAttempts]classMetrics
 	invalid prometheus.Counter
@@ -87,18 +79,6 @@ type metrics struct {
 	autoEngaged  prometheus.Gauge
 	autoActions  *prometheus.CounterVec // by action
 	autoFlushed  prometheus.Counter
-
-	vOutstanding *prometheus.GaugeVec // by verifier
-	vBreaker     *prometheus.GaugeVec // by verifier: 0 closed, 1 half-open, 2 open
-	vEjected     *prometheus.GaugeVec // by verifier: 1 while ejected as an outlier
-	vEjections   *prometheus.GaugeVec // by verifier: ejections so far
-	vFraction    *prometheus.GaugeVec // by verifier: breaker's admitted fraction
-	vServing     *prometheus.GaugeVec // by verifier
-	vSlots       *prometheus.GaugeVec // by verifier
-	vStanding    *prometheus.GaugeVec // by verifier
-	vResults     *prometheus.CounterVec
-	labelsMu     sync.Mutex
-	labelled     map[string]bool
 }
 
 // latencyBuckets span 1 ms to ~33 s.
@@ -160,43 +140,6 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 			Name: "levee_gateway_autopilot_flushed_total",
 			Help: "In-flight calls the autopilot cancelled because their callers had given up.",
 		}),
-		vOutstanding: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "levee_gateway_verifier_outstanding",
-			Help: "Calls outstanding per verifier (at most 64 verifiers shown).",
-		}, []string{"verifier"}),
-		vBreaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: wellknown.MetricGatewayVerifierBreaker,
-			Help: "Circuit breaker per verifier: 0 closed, 1 half-open, 2 open.",
-		}, []string{"verifier"}),
-		vEjected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "levee_gateway_verifier_ejected",
-			Help: "1 while the verifier is out of rotation as an outlier (its answers mostly refusals or errors while its peers' are not).",
-		}, []string{"verifier"}),
-		vEjections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "levee_gateway_verifier_ejections",
-			Help: "Times the verifier was ejected as an outlier since the gateway first saw it.",
-		}, []string{"verifier"}),
-		vFraction: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "levee_gateway_verifier_breaker_fraction",
-			Help: "Fraction of picks the verifier's breaker admits (1 closed, 0 open, the ramp step half-open).",
-		}, []string{"verifier"}),
-		vServing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: wellknown.MetricGatewayVerifierServing,
-			Help: "1 while the verifier's health stream says SERVING.",
-		}, []string{"verifier"}),
-		vSlots: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "levee_gateway_verifier_slots",
-			Help: "Calls the gateway may hold at the verifier at once: its workers and the queue it may form (critical slot aside).",
-		}, []string{"verifier"}),
-		vStanding: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "levee_gateway_verifier_queue_standing",
-			Help: "1 while the verifier's queue is held to the queue delay's size because it stood above it for a whole second; 0 while a burst may queue up to the verifier's own bound.",
-		}, []string{"verifier"}),
-		vResults: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "levee_gateway_verifier_results_total",
-			Help: "Hops per verifier by result: ok, overloaded, failure, other.",
-		}, []string{"verifier", "result"}),
-		labelled: map[string]bool{},
 	}
 	for p := range nPriorities {
 		for a := range nAttempts {
@@ -223,7 +166,6 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 	}
 	reg.MustRegister(admitted, goodput, late, failed, refused, m.invalid, m.fleetRetries, m.fleetNoBudget,
 		m.verifierWait, m.forwardLatency, m.retryRatio, m.configErrors, m.autoEngaged, m.autoActions, m.autoFlushed,
-		m.vOutstanding, m.vBreaker, m.vEjected, m.vEjections, m.vFraction, m.vServing, m.vSlots, m.vStanding, m.vResults,
 		lim(wellknown.MetricGatewayLimit, "Effective concurrency limit: min(adaptive, ceiling, clamp, autopilot clamp).",
 			func(s admission.Snapshot) float64 { return float64(s.Limit) }),
 		lim("levee_gateway_limit_adaptive", "The adaptive limiter's own limit.",
@@ -236,115 +178,6 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 			func(s admission.Snapshot) float64 { return float64(s.Emergency) }),
 		lim(wellknown.MetricGatewayInflight, "Requests admitted and not yet answered.",
 			func(s admission.Snapshot) float64 { return float64(s.InFlight) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "levee_gateway_verifiers",
-			Help: "Verifiers known (registered or static).",
-		}, func() float64 { return float64(len(g.backends.list())) }),
 	)
 	return m
-}
-
-// observeVerifiers refreshes the per-verifier gauges (on each scrape tick of
-// the gateway's own loop, not per request).
-func (m *metrics) observeVerifiers(list []*backend) {
-	m.labelsMu.Lock()
-	defer m.labelsMu.Unlock()
-	seen := map[string]bool{}
-	for _, b := range list {
-		if !m.labelled[b.addr] && len(m.labelled) >= maxVerifierLabels {
-			continue
-		}
-		m.labelled[b.addr] = true
-		seen[b.addr] = true
-		snap := b.brk.Load().Snapshot()
-		m.vOutstanding.WithLabelValues(b.addr).Set(float64(b.pending.Load()))
-		m.vBreaker.WithLabelValues(b.addr).Set(breakerGauge(snap.State))
-		m.vFraction.WithLabelValues(b.addr).Set(snap.Fraction)
-		m.vEjected.WithLabelValues(b.addr).Set(b2f(b.eject.ejectedNow()))
-		m.vEjections.WithLabelValues(b.addr).Set(float64(b.eject.count.Load()))
-		serving := 0.0
-		if b.eligible() {
-			serving = 1
-		}
-		m.vServing.WithLabelValues(b.addr).Set(serving)
-		m.vSlots.WithLabelValues(b.addr).Set(float64(b.slots(0)))
-		m.vStanding.WithLabelValues(b.addr).Set(b2f(b.standing.Load()))
-	}
-	for addr := range m.labelled {
-		if !seen[addr] {
-			delete(m.labelled, addr)
-			m.vOutstanding.DeleteLabelValues(addr)
-			m.vBreaker.DeleteLabelValues(addr)
-			m.vFraction.DeleteLabelValues(addr)
-			m.vEjected.DeleteLabelValues(addr)
-			m.vEjections.DeleteLabelValues(addr)
-			m.vServing.DeleteLabelValues(addr)
-			m.vSlots.DeleteLabelValues(addr)
-			m.vStanding.DeleteLabelValues(addr)
-			m.vResults.DeletePartialMatch(prometheus.Labels{"verifier": addr})
-		}
-	}
-}
-
-// result counts one hop's outcome for a labelled verifier.
-func (m *metrics) result(b *backend, result string) {
-	m.labelsMu.Lock()
-	ok := m.labelled[b.addr]
-	m.labelsMu.Unlock()
-	if ok {
-		m.vResults.WithLabelValues(b.addr, result).Inc()
-	}
-}
-
-func breakerGauge(s breaker.State) float64 {
-	switch s {
-	case breaker.HalfOpen:
-		return 1
-	case breaker.Open:
-		return 2
-	}
-	return 0
-}
-
-// ratioWindow turns cumulative counts of first attempts and retries into the
-// ratio over the last ten seconds: the request path only adds to atomics, and
-// a once-a-second roll keeps ten snapshots.
-type ratioWindow struct {
-	firsts, retries atomic.Uint64
-
-	mu   sync.Mutex
-	ring [11][2]uint64 // snapshots of (firsts, retries), one per roll
-	n    int           // rolls so far
-}
-
-func (w *ratioWindow) add(first bool) {
-	if first {
-		w.firsts.Add(1)
-	} else {
-		w.retries.Add(1)
-	}
-}
-
-// roll takes a snapshot and returns retries / first attempts since the one
-// ten rolls ago (or since the start), and the first attempts per roll over
-// that span.
-func (w *ratioWindow) roll() (ratio, firstsPerRoll float64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	now := [2]uint64{w.firsts.Load(), w.retries.Load()}
-	w.ring[w.n%len(w.ring)] = now
-	w.n++
-	var old [2]uint64
-	if w.n >= len(w.ring) {
-		old = w.ring[w.n%len(w.ring)]
-	}
-	f, r := now[0]-old[0], now[1]-old[1]
-	if f == 0 {
-		return 0, 0
-	}
-	// The first roll is at the start: n rolls span n−1 of them.
-	if rolls := min(w.n-1, len(w.ring)-1); rolls > 0 {
-		firstsPerRoll = float64(f) / float64(rolls)
-	}
-	return float64(r) / float64(f), firstsPerRoll
 }

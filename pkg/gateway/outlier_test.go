@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -56,80 +55,69 @@ func serveBackend(t *testing.T, impl verifyv1.VerifyServiceServer) string {
 	return lis.Addr().String()
 }
 
-// load sends calls from 4 callers for d and counts the failures in each
-// second.
-func load(t *testing.T, gw *testGateway, d time.Duration) (failedPerSecond, sentPerSecond []int) {
+// calls sends n calls through gw one after another, moving its fake clock
+// on by step after each, and returns how many failed.
+func calls(t *testing.T, gw *testGateway, n int, step time.Duration) (failed int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	stored := storedHash("pw", 64, 1)
-	secs := int(d / time.Second)
-	failed := make([]atomic.Int64, secs)
-	sent := make([]atomic.Int64, secs)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(time.Since(start) / time.Second)
-				if i >= secs {
-					return
-				}
-				sent[i].Add(1)
-				cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
-				_, err := gw.client.Verify(cctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")})
-				ccancel()
-				if err != nil {
-					failed[i].Add(1)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-		}()
+	for range n {
+		if _, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")}); err != nil {
+			failed++
+		}
+		gw.clock.Advance(step)
 	}
-	wg.Wait()
-	for i := range failed {
-		failedPerSecond = append(failedPerSecond, int(failed[i].Load()))
-		sentPerSecond = append(sentPerSecond, int(sent[i].Load()))
-	}
-	return failedPerSecond, sentPerSecond
+	return failed
 }
 
-// A verifier that refuses everything at once is ejected within a second,
-// and from then on under 5 % of calls fail: each ejection ends by time, the
-// node is tried again, found refusing on its first answers, and ejected
-// again for longer. Balancing on outstanding calls alone sent it more than
-// its share (it always looks idle): half or more of all calls failed for as
+// ejections reads the gateway's ejection gauges for addr.
+func ejections(t *testing.T, gw *testGateway, addr string) (ejected, times float64) {
+	t.Helper()
+	gw.g.verifiers.UpdateGauges()
+	return gw.metric(t, "levee_gateway_verifier_ejected", map[string]string{"verifier": addr}),
+		gw.metric(t, "levee_gateway_verifier_ejections", map[string]string{"verifier": addr})
+}
+
+// A verifier that refuses everything at once is ejected on its first
+// answers, and no call fails while it is out. Its ejection ends by time:
+// tried again, it is found refusing on its first answers and ejected again,
+// for longer. Balancing on outstanding calls alone sent it more than its
+// share (it always looks idle): half or more of all calls failed for as
 // long as it stayed.
 func TestRefusingVerifierIsEjected(t *testing.T) {
 	good := startVerifier(t, nil)
 	bad, badAddr := startRefusing(t)
-	gw := startGateway(t, gatewayConfig(good.addr, badAddr))
+	gw := startGatewayOnFakeClock(t, gatewayConfig(good.addr, badAddr))
 	gw.waitServing(t, 2)
 
-	failed, sent := load(t, gw, 8*time.Second)
-	t.Logf("failures per second %v of %v calls; the refusing verifier saw %d", failed, sent, bad.calls.Load())
-	if failed[0] == 0 {
-		t.Fatalf("no call failed in the first second: the refusing verifier was not in rotation, the test tests nothing")
+	const step = 10 * time.Millisecond
+	if failed := calls(t, gw, 80, step); failed == 0 {
+		t.Fatal("no call failed: the refusing verifier was not in rotation, the test tests nothing")
 	}
-	var f, s int
-	for i := 1; i < len(failed); i++ {
-		f, s = f+failed[i], s+sent[i]
+	if ejected, times := ejections(t, gw, badAddr); ejected != 1 || times != 1 {
+		t.Fatalf("refusing verifier: ejected %v, %v times after 80 calls; want out, once", ejected, times)
 	}
-	if float64(f) > 0.05*float64(s) {
-		t.Errorf("%d of %d calls failed after the first second, want under 5 %%", f, s)
+	seen := bad.calls.Load()
+	if failed := calls(t, gw, 100, step); failed > 0 { // 1 s: within the first ejection's 2 s
+		t.Errorf("%d of 100 calls failed while the refusing verifier was ejected", failed)
 	}
-	if got := gw.metric(t, "levee_gateway_verifier_ejected", map[string]string{"verifier": badAddr}); got != 1 {
-		t.Errorf("ejected{%s} = %v, want 1", badAddr, got)
+	if got := bad.calls.Load(); got != seen {
+		t.Errorf("the ejected verifier got %d calls", got-seen)
 	}
-	if got := gw.metric(t, "levee_gateway_verifier_ejected", map[string]string{"verifier": good.addr}); got != 0 {
-		t.Errorf("ejected{%s} = %v, want 0: the healthy verifier was ejected", good.addr, got)
+	if ejected, _ := ejections(t, gw, good.addr); ejected != 0 {
+		t.Errorf("the healthy verifier was ejected")
 	}
-	// Ejections end by time: it was tried again, and ejected again.
-	gw.g.metrics.observeVerifiers(gw.g.backends.list())
-	if got := gw.metric(t, "levee_gateway_verifier_ejections", map[string]string{"verifier": badAddr}); got < 2 {
-		t.Errorf("%v ejections in 8 s, want ≥ 2: an ejection ends by time and the node is judged again", got)
+	gw.clock.Advance(time.Second) // the first ejection is over
+	if failed := calls(t, gw, 80, step); failed == 0 {
+		t.Fatal("no call failed after the ejection ended: the verifier was not tried again")
+	}
+	if ejected, times := ejections(t, gw, badAddr); ejected != 1 || times != 2 {
+		t.Fatalf("refusing verifier: ejected %v, %v times; want out again, twice in all", ejected, times)
+	}
+	gw.clock.Advance(3 * time.Second) // the second lasts twice as long as the first
+	if ejected, _ := ejections(t, gw, badAddr); ejected != 1 {
+		t.Errorf("the second ejection ended within 3 s, want it to last 4 s")
 	}
 }
 
@@ -144,17 +132,16 @@ func TestFleetWideRefusalsEjectNobody(t *testing.T) {
 			_, b := startRefusing(t)
 			cfg := gatewayConfig(a, b)
 			cfg.Autopilot.Enabled = autopilot
-			cfg.Autopilot.Tick = 250 * time.Millisecond
-			gw := startGateway(t, cfg)
+			gw := startGatewayOnFakeClock(t, cfg)
 			gw.waitServing(t, 2)
-			_, sent := load(t, gw, 3*time.Second)
-			if sent[0] == 0 {
-				t.Fatal("no call sent")
+			if failed := calls(t, gw, 200, 10*time.Millisecond); failed != 200 {
+				t.Fatalf("%d of 200 calls failed, want all: every verifier refuses", failed)
 			}
-			gw.g.metrics.observeVerifiers(gw.g.backends.list())
+			gw.g.tick()
+			gw.g.auto.ejectRefusing(gw.clock.Now())
 			for _, addr := range []string{a, b} {
-				if got := gw.metric(t, "levee_gateway_verifier_ejections", map[string]string{"verifier": addr}); got != 0 {
-					t.Errorf("%s ejected %v times after %d calls refused by every verifier, want 0", addr, got, sent)
+				if _, times := ejections(t, gw, addr); times != 0 {
+					t.Errorf("%s ejected %v times after 200 calls refused by every verifier, want 0", addr, times)
 				}
 			}
 		})

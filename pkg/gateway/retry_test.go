@@ -89,8 +89,8 @@ func TestRetryOnAnotherVerifierWithBudget(t *testing.T) {
 				}()
 			}
 			waitFor(t, 5*time.Second, "calls in flight on v1", func() bool {
-				for _, b := range gw.g.backends.list() {
-					if b.addr == v1.addr && b.pending.Load() > 0 {
+				for _, b := range gw.g.verifiers.List() {
+					if b.Addr() == v1.addr && b.Pending() > 0 {
 						return true
 					}
 				}
@@ -163,7 +163,7 @@ func TestVerifierOverloadNotRetried(t *testing.T) {
 	for _, r := range []string{"limit", "priority", "busy", "deadline", "no_verifier"} {
 		t.Logf("refused %s: %v", r, gw.metric(t, "levee_gateway_refused_total", map[string]string{"reason": r}))
 	}
-	t.Logf("limit %d, slots %d", gw.g.limiter.Limit(), gw.g.backends.totalSlots())
+	t.Logf("limit %d, slots %d", gw.g.limiter.Limit(), gw.g.verifiers.TotalSlots())
 	if results.get("ResourceExhausted") == 0 {
 		t.Fatalf("no verifier refusal; the test did not overload the verifiers: %v", results.snapshot())
 	}

@@ -37,17 +37,11 @@
 //
 // A window's observed queue wait is the least over its OK samples, as CoDel
 // judges a queue by the minimum sojourn over an interval: a burst that
-// queues for a moment and drains (Poisson arrivals at 90 % of capacity do
-// that all the time) leaves some sample of the window near zero and is the
-// queue doing its job, while a queue that stands, because the fleet is over
-// capacity, makes every sample high, the least included. The mean, used
-// before, let a few unlucky calls of a healthy window cut the limit, and the
-// naive clients' retries of what it then refused kept cutting it. The
-// minimum costs one compare-and-swap per sample, and a high percentile would
-// need a histogram on the release path. A window with at least one
-// Overloaded outcome (a verifier refused the request for load) observes at
-// least 2 × TargetQueueWait, as a drop does in TCP's AIMD: a full queue is
-// the strongest signal there is.
+// queues for a moment and drains leaves some sample of the window near zero,
+// while a queue that stands makes every sample high. It costs one
+// compare-and-swap per sample. A window with at least one Overloaded outcome
+// (a verifier refused the request for load) observes at least 2 ×
+// TargetQueueWait, as a drop does in TCP's AIMD.
 //
 // After each window:
 //
@@ -64,20 +58,11 @@
 //     being cut below it.
 //   - Slow start: until the first window whose observed wait is above half
 //     the target (a queue has formed), the step is the whole adaptive limit:
-//     it doubles in each window of demand, from 8 to 1,000 in 7 windows. A
-//     fresh limiter knows nothing of the fleet, and with √ steps a new
-//     gateway at 0.9 C took seconds of Poisson bursts to grow past them,
-//     refusing the bursts meanwhile (the seed's naive clients, whose three
-//     attempts follow each other at once, lost 0.5 % of their requests).
-//     Once a queue has formed the limit is near what the fleet takes, and
-//     doubling from there would overshoot it (TestConvergence). A limiter
-//     whose ceiling is the capacity it guards (a gateway's is its
-//     verifiers' slots) need not find it by doubling: with
-//     Config.InitialLimit 0 the limit stands at the ceiling, following it,
-//     until the first queue forms. Doubling from the 32–64 that a gateway's
-//     first seconds had grown it to still refused the Poisson bursts of
-//     0.9 C now and then; the slots and the verifiers' own admission bound
-//     the queue in time whatever the limit.
+//     it doubles in each window of demand, from 8 to 1,000 in 7 windows.
+//     With Config.InitialLimit 0 the limit instead stands at the ceiling,
+//     following it, until the first queue forms: for a limiter whose
+//     ceiling is the capacity it guards (a gateway's is its verifiers'
+//     slots).
 //   - otherwise the limit stays.
 //
 // Demand means the limit was actually limiting in the window: in flight

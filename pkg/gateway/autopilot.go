@@ -91,55 +91,38 @@ func (s *callSet) flush(cutoff time.Time) int {
 	return len(old)
 }
 
-// autopilot watches the fleet's signals once a Tick and acts as an operator
-// would on the metastable signature: the work the fleet does is wasted. Of
-// the calls forwarded that a verifier worked on (answered, or still being
-// worked on when the caller's deadline passed), fewer than GoodputBelow were
-// answered within the client timeout of their arrival, while throughput
-// (over two ticks) stays at least half its recent peak and the queue stands
-// (the mean queue wait the tick's answers reported is above RampQueueWait).
-// Refusals are not work and count neither way: a
-// fleet that refuses what it cannot finish in time and answers the rest in
-// time is overloaded, not metastable, which is the limiter's business, and
-// a clamp under capacity would only lose goodput. Nor does the signature
-// need the queue wait to pass the client timeout (as it once did): a
-// verifier refuses what would wait longer than its -max-queue-wait (1 s by
-// default), so its reported wait never gets there, however late the
-// answers.
+// autopilot acts, once a Tick, as an operator would on the metastable
+// signature: the work the fleet does is wasted. Its contract:
 //
-// Evidence is a tick in which some verifier answered a call it hashed
-// (which reports its queue wait). A tick without one is no evidence either
-// way: slow hashes answer in waves, and a fleet that answers nothing is
-// stalled (every verifier frozen, paused, cut off), not congested — its
-// calls expire, which looks like wasted work, but there is no queue a clamp
-// could drain, and a clamp set from a tick that measured no capacity held
-// admission near one call for 2 s after a pause of every verifier ended.
-// More than EngageAfter such ticks in a row forget the signature seen
-// before them. So a stall neither engages the autopilot nor tightens its
-// clamp; engaged, it ramps through one towards standing down. The price: a
-// fleet whose every call expires while a verifier works on it, without a
-// single answer, looks stalled too; Levee's verifiers refuse and drop what
-// they cannot finish in time, so while they work, some calls finish in time
-// and are answered.//
-// Engaged, it cuts calls older than the client timeout (their callers have
-// left: finishing them is pure waste), shortens forwarded deadlines to what
-// a caller still waits for, clamps admission to ClampFraction of the
-// measured capacity, and every tick after that either tightens the clamp
-// (×0.8: the signature again, or queue wait past the client timeout) or
-// ramps it: by RampFactor while queue wait stays below RampQueueWait, by
-// √RampFactor in between, where the signature is gone but the queue is not
-// yet short. It stands down once the clamp has not bound for StandDownAfter
-// ticks, or once it has ramped to the limiter's ceiling, where it no longer
-// limits anything. No tick leaves it as it was: an engaged autopilot either
-// finds the signature again or ends; and what ends the clamp needs no
-// traffic (a tick with none does not bind it).
+//   - The signature: of the calls forwarded that a verifier worked on
+//     (answered, or still being worked on when the caller's deadline
+//     passed), fewer than GoodputBelow were answered within the client
+//     timeout of their arrival, while throughput over two ticks stays at
+//     least half its recent peak and the mean queue wait the tick's
+//     answers reported is above RampQueueWait. Refusals count neither way:
+//     a fleet that refuses what it cannot finish in time is overloaded, the
+//     limiter's business, not metastable.
+//   - Evidence is a tick in which some verifier answered a call it hashed.
+//     A tick without one (a stall: every verifier frozen, paused or cut
+//     off) is no evidence either way, and more than EngageAfter of them in
+//     a row forget the signature seen before.
+//   - It engages after EngageAfter ticks of the signature: it cuts calls
+//     older than the client timeout, shortens forwarded deadlines to what a
+//     caller still waits for, and clamps admission to ClampFraction of the
+//     measured capacity. Each tick after that tightens the clamp (×0.8: the
+//     signature again, or queue wait past the client timeout) or ramps it
+//     (×RampFactor while queue wait stays below RampQueueWait, ×√RampFactor
+//     in between).
+//   - It stands down once the clamp has not bound for StandDownAfter ticks,
+//     or has ramped to the limiter's ceiling. No tick leaves it as it was,
+//     and a tick without traffic does not bind the clamp: what ends the
+//     clamp needs no traffic the clamp refuses.
+//   - Each tick, engaged or not, it ejects every verifier that refuses
+//     everything while another serves (upstream.Set.EjectRefusing), which
+//     the outlier ejector, judging against the peers' median, cannot do
+//     where half the fleet or more refuses.
 //
-// Each tick, engaged or not, it also takes out of rotation a verifier that
-// refuses everything while another serves (Gateway.ejectRefusing): the
-// outlier ejector judges each verifier against its peers' median, so it
-// cannot when half the fleet or more refuses, and the refusals of such a
-// verifier are not the fleet's overload. The ejection is the ejector's own,
-// with its backoff, and ends by time alone.
+// docs/gateway.md ("The recovery autopilot") has the runs behind each rule.
 type autopilot struct {
 	g   *Gateway
 	cfg AutopilotConfig

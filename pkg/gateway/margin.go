@@ -19,7 +19,7 @@ import (
 // fails.
 type MarginConfig struct {
 	// Attempts is how many attempts a caller makes when every one fails
-	// (the seed's ordinary SDK: 3). The highest levee-attempt seen in the
+	// (an ordinary SDK: 3). The highest levee-attempt seen in the
 	// last 10 s raises it; callers that send no attempt header are
 	// invisible as retriers and are covered only by this.
 	Attempts int

@@ -11,8 +11,8 @@
 //   - A queueing fleet (a plain FIFO server) that receives more than its
 //     capacity C builds a queue without end, and every attempt waits past its
 //     caller's timeout: p = 1 when L > C, else 0. Started from failure
-//     (p = 1), it stays there exactly when A × min(N, 1 + r) > C: the seed's
-//     2,400 > 1,000.
+//     (p = 1), it stays there exactly when A × min(N, 1 + r) > C: with
+//     C = 1,000/s, A = 800/s and 3 attempts, 2,400 > 1,000.
 //   - A fleet that sheds what it cannot serve at once, as Levee's admission
 //     does, answers C per second and refuses the rest: p = 1 − C/L when
 //     L > C. Its load after a trigger falls towards the largest fixed point

@@ -5,8 +5,9 @@ import (
 	"testing"
 )
 
-// TestSeedArithmetic: the seed's numbers. C = 1,000/s, A = 800/s, 3 attempts.
-func TestSeedArithmetic(t *testing.T) {
+// TestLoginArithmetic: a login service at C = 1,000/s offered A = 800/s by
+// callers making 3 attempts each.
+func TestLoginArithmetic(t *testing.T) {
 	plain := Fleet{Capacity: 1000}
 	for _, tc := range []struct {
 		name   string

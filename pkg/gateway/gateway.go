@@ -88,9 +88,9 @@ type Gateway struct {
 	health  *health.Server
 	streams *serving.Streams // ended at stop, so GracefulStop need not wait for them
 
-	clientRatio  *ratioWindow // arrivals: first attempts vs retries
-	fleetRatio   *ratioWindow // hops: first vs in-fleet retries
-	maxAttempt   *maxWindow   // the highest attempt number arriving
+	clientRatio  *retryCounts // arrivals: first attempts vs retries
+	fleetRatio   *retryCounts // hops: first vs in-fleet retries
+	maxAttempt   *recentMax   // the highest attempt number arriving
 	marginGauges marginGauges
 	pushbacks    [32]metadata.MD
 
@@ -144,9 +144,9 @@ func New(cfg Config) (*Gateway, error) {
 		health:      health.NewServer(),
 		streams:     serving.NewStreams(),
 		calls:       newCallSet(),
-		clientRatio: newRatioWindow(),
-		fleetRatio:  newRatioWindow(),
-		maxAttempt:  newMaxWindow(),
+		clientRatio: newRetryCounts(),
+		fleetRatio:  newRetryCounts(),
+		maxAttempt:  newRecentMax(),
 		lastTick:    math.MinInt64,
 	}
 	if g.log == nil {

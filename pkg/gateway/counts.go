@@ -12,9 +12,9 @@ import (
 // was added into a window of the last rollWindow seconds.
 const rollWindow = 10
 
-// ratioWindow counts first attempts and retries over the last rollWindow
-// seconds.
-type ratioWindow struct {
+// retryCounts counts first attempts and retries: their ratio, and the
+// first attempts per second, over the last rollWindow seconds.
+type retryCounts struct {
 	firsts, retries atomic.Uint64
 
 	mu      sync.Mutex
@@ -25,11 +25,11 @@ type ratioWindow struct {
 	rolled  bool
 }
 
-func newRatioWindow() *ratioWindow {
-	return &ratioWindow{w: window.New(rollWindow, time.Second, 2)}
+func newRetryCounts() *retryCounts {
+	return &retryCounts{w: window.New(rollWindow, time.Second, 2)}
 }
 
-func (w *ratioWindow) add(first bool) {
+func (w *retryCounts) add(first bool) {
 	if first {
 		w.firsts.Add(1)
 	} else {
@@ -40,7 +40,7 @@ func (w *ratioWindow) add(first bool) {
 // roll moves what was added since the last roll into now's second and
 // returns retries ÷ first attempts over the window, and the first attempts
 // per second over it (over the time since the first roll, if shorter).
-func (w *ratioWindow) roll(now time.Time) (ratio, firstsPerSecond float64) {
+func (w *retryCounts) roll(now time.Time) (ratio, firstsPerSecond float64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	f, r := w.firsts.Load(), w.retries.Load()
@@ -60,16 +60,16 @@ func (w *ratioWindow) roll(now time.Time) (ratio, firstsPerSecond float64) {
 	return retries / firsts, firstsPerSecond
 }
 
-// maxWindow is the highest value added over the last rollWindow seconds.
-type maxWindow struct {
+// recentMax is the highest value added over the last rollWindow seconds.
+type recentMax struct {
 	cur atomic.Int64
 	mu  sync.Mutex
 	w   *window.Window
 }
 
-func newMaxWindow() *maxWindow { return &maxWindow{w: window.New(rollWindow, time.Second, 1)} }
+func newRecentMax() *recentMax { return &recentMax{w: window.New(rollWindow, time.Second, 1)} }
 
-func (w *maxWindow) add(v int64) {
+func (w *recentMax) add(v int64) {
 	for {
 		c := w.cur.Load()
 		if v <= c || w.cur.CompareAndSwap(c, v) {
@@ -80,7 +80,7 @@ func (w *maxWindow) add(v int64) {
 
 // roll moves the highest value added since the last roll into now's second
 // and returns the highest over the window.
-func (w *maxWindow) roll(now time.Time) int64 {
+func (w *recentMax) roll(now time.Time) int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.w.Raise(now, 0, float64(w.cur.Swap(0)))

@@ -28,26 +28,26 @@ func TestBistabilityMarginGauges(t *testing.T) {
 			v := startVerifier(t, func(c *verifier.Config) { c.Workers, c.Unguarded = 1, unguarded })
 			cfg := gatewayConfig(v.addr)
 			cfg.Unguarded = unguarded
-			tg := startGateway(t, cfg)
+			tg := startGatewayOnFakeClock(t, cfg)
 			tg.waitServing(t, 1)
 			v.slow(t, 20)
+			tg.g.tick() // the windows start now
 
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			sent := 0
-			tick := time.NewTicker(25 * time.Millisecond)
-			for range 80 { // about 40 a second for 2 s
-				<-tick.C
+			for range 80 {
 				if _, err := tg.client.Hash(ctx, &verifyv1.HashRequest{Password: []byte("pw")}); err == nil {
 					sent++
 				}
 			}
-			tick.Stop()
 			if sent < 40 {
 				t.Fatalf("only %d of 80 calls answered", sent)
 			}
-			// Two housekeeping rounds see the calls.
-			time.Sleep(2100 * time.Millisecond)
+			// Two seconds of the gateway's clock: about 40 first attempts a
+			// second.
+			tg.clock.Advance(2 * time.Second)
+			tg.g.tick()
 			offered := tg.metric(t, "levee_gateway_margin_offered_per_second", nil)
 			capacity := tg.metric(t, "levee_gateway_margin_capacity_per_second", nil)
 			load := tg.metric(t, "levee_gateway_margin_congested_load_per_second", nil)

@@ -44,7 +44,7 @@ func TestPaddedRequestsCannotHoldTheLimitDown(t *testing.T) {
 	v := startVerifier(t, nil)
 	cfg := gatewayConfig(v.addr)
 	cfg.Admission.InitialLimit, cfg.Admission.MinLimit = 10, 2
-	gw := startGateway(t, cfg)
+	gw := startGatewayOnFakeClock(t, cfg)
 	gw.waitServing(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -56,7 +56,7 @@ func TestPaddedRequestsCannotHoldTheLimitDown(t *testing.T) {
 		if code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "larger than max") {
 			t.Fatalf("a %d-byte request: %v, want RESOURCE_EXHAUSTED naming the size", proto.Size(big), err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		gw.clock.Advance(100 * time.Millisecond) // the limiter's windows close as they pass
 	}
 	// The adaptive limit: the effective one is capped by the ceiling the
 	// verifier's slots set, which is not under test.
@@ -90,7 +90,7 @@ func (quotaVerifier) Verify(context.Context, *verifyv1.VerifyRequest) (*verifyv1
 func TestOnlyVerifierOverloadMovesTheLimit(t *testing.T) {
 	cfg := gatewayConfig(serveBackend(t, quotaVerifier{}))
 	cfg.Admission.InitialLimit, cfg.Admission.MinLimit = 10, 2
-	gw := startGateway(t, cfg)
+	gw := startGatewayOnFakeClock(t, cfg)
 	gw.waitServing(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -99,7 +99,7 @@ func TestOnlyVerifierOverloadMovesTheLimit(t *testing.T) {
 		if code(err) != codes.ResourceExhausted {
 			t.Fatalf("Verify = %v, want the backend's RESOURCE_EXHAUSTED passed back", err)
 		}
-		time.Sleep(30 * time.Millisecond)
+		gw.clock.Advance(30 * time.Millisecond)
 	}
 	if got := gw.g.limiter.Adaptive(); got < cfg.Admission.InitialLimit {
 		t.Errorf("adaptive limit %d after 30 quota refusals, want ≥ %d (untouched)", got, cfg.Admission.InitialLimit)

@@ -23,3 +23,59 @@ func TestExclusiveExcludesShared(t *testing.T) {
 		t.Fatalf("a shared lock beside the exclusive one: err %v, want EWOULDBLOCK", err)
 	}
 }
+
+// TestQuietExcludesOthers: while a quiet test runs, no other process may
+// take the lock, shared or not; when it ends, a package that held the lock
+// shared holds it shared again.
+func TestQuietExcludesOthers(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("TMPDIR", dir)
+	try := func(how int) error {
+		f, err := os.Open(filepath.Join(dir, Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		return syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
+	}
+	t.Run("quiet", func(t *testing.T) {
+		Quiet(t)
+		if err := try(syscall.LOCK_SH); err != syscall.EWOULDBLOCK {
+			t.Errorf("a shared lock beside a quiet test: err %v, want EWOULDBLOCK", err)
+		}
+	})
+	if err := try(syscall.LOCK_EX); err != nil {
+		t.Errorf("an exclusive lock after the quiet test ended: %v, want it free", err)
+	}
+}
+
+// TestQuietConvertsShared: in a package that holds the lock shared, a quiet
+// test holds it exclusively and gives it back shared.
+func TestQuietConvertsShared(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("TMPDIR", dir)
+	try := func(how int) error {
+		f, err := os.Open(filepath.Join(dir, Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		return syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
+	}
+	Shared()
+	if err := try(syscall.LOCK_SH); err != nil {
+		t.Fatalf("a second shared lock: %v, want it granted", err)
+	}
+	t.Run("quiet", func(t *testing.T) {
+		Quiet(t)
+		if err := try(syscall.LOCK_SH); err != syscall.EWOULDBLOCK {
+			t.Errorf("a shared lock beside a quiet test: err %v, want EWOULDBLOCK", err)
+		}
+	})
+	if err := try(syscall.LOCK_SH); err != nil {
+		t.Errorf("a shared lock after the quiet test: %v, want it granted", err)
+	}
+	if err := try(syscall.LOCK_EX); err != syscall.EWOULDBLOCK {
+		t.Errorf("an exclusive lock after the quiet test: err %v, want EWOULDBLOCK (the package holds it shared again)", err)
+	}
+}

@@ -9,9 +9,16 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/leveehq/levee/internal/testlock"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// The concurrency and simulation tests keep every core busy: not beside
+	// a quiet test (see testlock).
+	testlock.Shared()
+	goleak.VerifyTestMain(m)
+}
 
 // hammer runs goroutines × iterations Acquire/Release pairs of classes drawn
 // from mix on l, releasing critical first attempts as such, and returns the

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/internal/testlock"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/verifier"
 )
@@ -67,6 +68,7 @@ func TestAutopilotRecoversMetastableFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test; runs in the full suite")
 	}
+	testlock.Quiet(t) // judged by what a loaded fleet answers in time
 	// Both runs offer the same rate, from the first run's measurement: the
 	// first shows that this rate congests the fleet for good, the second
 	// that the autopilot brings the same fleet back. (Measured in each run,
@@ -391,6 +393,7 @@ func TestAutopilotEngagesUnderDefaultQueueBounds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drives the autopilot's ticks for seconds")
 	}
+	testlock.Quiet(t) // judged by what a loaded fleet answers in time
 	maxWait := verifier.DefaultConfig().MaxQueueWait
 	for _, tc := range []struct {
 		name       string

@@ -13,6 +13,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/internal/testlock"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/verifier"
 )
@@ -71,6 +72,7 @@ func TestOverloadShedsByPriority(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test; runs in the full suite")
 	}
+	testlock.Quiet(t) // judged by what a loaded fleet answers in time
 	// Four verifiers of one worker each (the capacity of two of two), so
 	// that each keeps its own extra slot for a critical first attempt.
 	var vs []*testVerifier

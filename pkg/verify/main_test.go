@@ -6,11 +6,16 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/leveehq/levee/internal/testlock"
 )
 
 // Argon2 with p > 1 runs goroutines inside x/crypto, and the interop tests run
 // a subprocess; neither may outlive its call.
 func TestMain(m *testing.M) {
+	// They hash for seconds on every core: not beside a quiet test (see
+	// testlock).
+	testlock.Shared()
 	goleak.VerifyTestMain(m)
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leveehq/levee/internal/etcdtest"
+	"github.com/leveehq/levee/internal/testlock"
 	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
 	"github.com/leveehq/levee/pkg/mtls"
@@ -44,6 +45,7 @@ const (
 //     `budgetd status` (budgetd.StatusCommand) shows the key, the first-attempt rate,
 //     the retry ratio and ~500 clients while the load runs.
 func TestFleetBound(t *testing.T) {
+	testlock.Quiet(t) // 500 clients and an etcd session that must not lapse under them
 	etcd := etcdtest.StartEtcd(t)
 	budgetdtest.PutConfig(t, etcd, "", key, settingsJSON(settings))
 	leaderStart := time.Now() // the ledger cannot start before its leader

@@ -30,14 +30,7 @@ func TestExclusiveExcludesShared(t *testing.T) {
 func TestQuietExcludesOthers(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("TMPDIR", dir)
-	try := func(how int) error {
-		f, err := os.Open(filepath.Join(dir, Name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		return syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
-	}
+	try := func(how int) error { return tryLock(t, dir, how) }
 	t.Run("quiet", func(t *testing.T) {
 		Quiet(t)
 		if err := try(syscall.LOCK_SH); err != syscall.EWOULDBLOCK {
@@ -54,14 +47,7 @@ func TestQuietExcludesOthers(t *testing.T) {
 func TestQuietConvertsShared(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("TMPDIR", dir)
-	try := func(how int) error {
-		f, err := os.Open(filepath.Join(dir, Name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		return syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
-	}
+	try := func(how int) error { return tryLock(t, dir, how) }
 	Shared()
 	if err := try(syscall.LOCK_SH); err != nil {
 		t.Fatalf("a second shared lock: %v, want it granted", err)
@@ -78,4 +64,16 @@ func TestQuietConvertsShared(t *testing.T) {
 	if err := try(syscall.LOCK_EX); err != syscall.EWOULDBLOCK {
 		t.Errorf("an exclusive lock after the quiet test: err %v, want EWOULDBLOCK (the package holds it shared again)", err)
 	}
+}
+
+// tryLock tries, without waiting, to lock dir's lock file through a file
+// of its own, as another process would, and lets go at once.
+func tryLock(t *testing.T, dir string, how int) error {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	return syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
 }

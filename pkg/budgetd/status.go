@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+	"github.com/leveehq/levee/pkg/ledger"
 	"github.com/leveehq/levee/pkg/mtls"
 )
 
@@ -27,7 +28,7 @@ import (
 // itself (settings and configuration errors) and an empty leader.
 func (s *Server) Status(ctx context.Context, req *budgetv1.StatusRequest) (*budgetv1.StatusResponse, error) {
 	if k := req.GetKey(); k != "" {
-		if err := ValidateName(k); err != nil {
+		if err := ledger.ValidateName(k); err != nil {
 			return nil, status.Error(codes.InvalidArgument, "key: "+err.Error())
 		}
 	}
@@ -239,7 +240,7 @@ func (s *Server) httpHandler() http.Handler {
 func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 	key := r.URL.Query().Get("key")
 	if key != "" {
-		if err := ValidateName(key); err != nil {
+		if err := ledger.ValidateName(key); err != nil {
 			http.Error(w, "key: "+err.Error(), http.StatusBadRequest)
 			return
 		}

@@ -33,10 +33,10 @@ import (
 	"github.com/leveehq/levee/internal/embeddedetcd"
 	"github.com/leveehq/levee/internal/etcdclient"
 	"github.com/leveehq/levee/internal/flagenv"
-	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/bytesize"
 	"github.com/leveehq/levee/pkg/calibrate"
 	"github.com/leveehq/levee/pkg/fleet"
+	"github.com/leveehq/levee/pkg/fleetctl"
 	"github.com/leveehq/levee/pkg/gateway"
 	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/residentheap"
@@ -247,7 +247,7 @@ func etcdCmd(ctx context.Context, args []string, stderr io.Writer) error {
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("levee status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var status budgetd.StatusCommand
+	var status fleetctl.StatusCommand
 	status.AddFlags(fs)
 	gatewayMetrics := fs.String("gateway-metrics", "http://"+wellknown.LoopbackAddr(wellknown.GatewayPort+wellknown.MetricsOffset)+"/metrics", "a gateway's /metrics, for the bistability margin (empty: none; not with -json)")
 	if err := flagenv.Parse(fs, args, nil); err != nil {

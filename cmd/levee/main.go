@@ -300,7 +300,7 @@ func settingsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("etcd: %w", err)
 	}
 	defer cli.Close()
-	return gateway.EditSettings(ctx, cli, *key, rest[0], rest[1:], stdout)
+	return fleetctl.EditSettings(ctx, cli, *key, rest[0], rest[1:], stdout)
 }
 
 func calibrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -133,17 +133,21 @@ func (s Settings) String() string {
 
 // Merge returns s with every field set in t replacing its own: how the
 // command-line tool edits one setting and keeps the rest. Every field is an
-// omitempty pointer, so t's JSON holds exactly its set fields, and decoding
-// it onto s replaces those and no others.
+// omitempty pointer, so the JSON of each holds exactly its set fields;
+// decoding s's and then t's onto new Settings replaces those and no others,
+// and shares no pointer with s or t, which stay as they were.
 func (s Settings) Merge(t Settings) Settings {
-	b, err := json.Marshal(t)
-	if err == nil {
-		err = json.Unmarshal(b, &s)
+	var out Settings
+	for _, v := range []Settings{s, t} {
+		b, err := json.Marshal(v)
+		if err == nil {
+			err = json.Unmarshal(b, &out)
+		}
+		if err != nil {
+			panic(fmt.Sprintf("settings: do not round-trip through JSON: %v", err))
+		}
 	}
-	if err != nil {
-		panic(fmt.Sprintf("settings: do not round-trip through JSON: %v", err))
-	}
-	return s
+	return out
 }
 
 // ParseAssignments reads "name=value" pairs as the command-line tool takes

@@ -62,7 +62,7 @@ func TestParseAssignments(t *testing.T) {
 }
 
 // TestMerge: an edit replaces the fields it sets, a zero among them, and
-// keeps every other.
+// keeps every other; neither input changes.
 func TestMerge(t *testing.T) {
 	cur, err := Parse([]byte(`{"clamp": 40, "autopilot": true, "client_timeout": "2s"}`))
 	if err != nil {
@@ -76,6 +76,12 @@ func TestMerge(t *testing.T) {
 	want := `{"clamp":0,"batch_share":0.4,"autopilot":true,"client_timeout":"2s"}`
 	if got != want {
 		t.Errorf("Merge = %s, want %s", got, want)
+	}
+	if got, want := cur.String(), `{"clamp":40,"autopilot":true,"client_timeout":"2s"}`; got != want {
+		t.Errorf("Merge changed its receiver to %s, want %s", got, want)
+	}
+	if got, want := edit.String(), `{"clamp":0,"batch_share":0.4}`; got != want {
+		t.Errorf("Merge changed its argument to %s, want %s", got, want)
 	}
 }
 

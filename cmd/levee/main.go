@@ -264,7 +264,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	ctx, cancel := context.WithTimeout(ctx, status.Timeout)
 	defer cancel()
-	if err := gateway.PrintMargin(ctx, stdout, *gatewayMetrics); err != nil {
+	if err := fleetctl.PrintMargin(ctx, stdout, *gatewayMetrics); err != nil {
 		// The budget is the command's first answer; a gateway not running
 		// here is worth a line, not a failure.
 		fmt.Fprintf(stdout, "\nBistability margin: %v\n", err)

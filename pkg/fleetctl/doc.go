@@ -6,5 +6,6 @@
 //
 // It reaches the servers only through what they publish (gRPC, /metrics,
 // etcd keys) and imports no server package, so that a server's binary that
-// carries an operator command (`budgetd status`) links no other server.
+// carries an operator command (`budgetd status`) links no other server
+// (internal/architecture checks).
 package fleetctl

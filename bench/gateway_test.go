@@ -26,6 +26,7 @@ import (
 	"github.com/leveehq/levee/pkg/client"
 	"github.com/leveehq/levee/pkg/fleet"
 	"github.com/leveehq/levee/pkg/gateway"
+	"github.com/leveehq/levee/pkg/gateway/settings"
 	"github.com/leveehq/levee/pkg/verify"
 )
 
@@ -107,7 +108,7 @@ func refusingGateway(b *testing.B) (*gateway.Gateway, *grpc.ClientConn) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := g.ApplySettings(gateway.Settings{Clamp: ptr(1)}); err != nil {
+	if err := g.ApplySettings(settings.Settings{Clamp: ptr(1)}); err != nil {
 		b.Fatal(err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

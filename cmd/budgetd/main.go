@@ -21,6 +21,7 @@ import (
 
 	"github.com/leveehq/levee/internal/flagenv"
 	"github.com/leveehq/levee/pkg/budgetd"
+	"github.com/leveehq/levee/pkg/fleetctl"
 	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/wellknown"
 )
@@ -110,7 +111,7 @@ const tlsIdentity = "budgetd"
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("budgetd status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var status budgetd.StatusCommand
+	var status fleetctl.StatusCommand
 	status.AddFlags(fs)
 	if err := flagenv.Parse(fs, args, nil); err != nil {
 		return err

@@ -33,10 +33,10 @@ import (
 	"github.com/leveehq/levee/internal/embeddedetcd"
 	"github.com/leveehq/levee/internal/etcdclient"
 	"github.com/leveehq/levee/internal/flagenv"
-	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/bytesize"
 	"github.com/leveehq/levee/pkg/calibrate"
 	"github.com/leveehq/levee/pkg/fleet"
+	"github.com/leveehq/levee/pkg/fleetctl"
 	"github.com/leveehq/levee/pkg/gateway"
 	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/residentheap"
@@ -247,7 +247,7 @@ func etcdCmd(ctx context.Context, args []string, stderr io.Writer) error {
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("levee status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var status budgetd.StatusCommand
+	var status fleetctl.StatusCommand
 	status.AddFlags(fs)
 	gatewayMetrics := fs.String("gateway-metrics", "http://"+wellknown.LoopbackAddr(wellknown.GatewayPort+wellknown.MetricsOffset)+"/metrics", "a gateway's /metrics, for the bistability margin (empty: none; not with -json)")
 	if err := flagenv.Parse(fs, args, nil); err != nil {
@@ -264,7 +264,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	ctx, cancel := context.WithTimeout(ctx, status.Timeout)
 	defer cancel()
-	if err := gateway.PrintMargin(ctx, stdout, *gatewayMetrics); err != nil {
+	if err := fleetctl.PrintMargin(ctx, stdout, *gatewayMetrics); err != nil {
 		// The budget is the command's first answer; a gateway not running
 		// here is worth a line, not a failure.
 		fmt.Fprintf(stdout, "\nBistability margin: %v\n", err)
@@ -300,7 +300,7 @@ func settingsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("etcd: %w", err)
 	}
 	defer cli.Close()
-	return gateway.EditSettings(ctx, cli, *key, rest[0], rest[1:], stdout)
+	return fleetctl.EditSettings(ctx, cli, *key, rest[0], rest[1:], stdout)
 }
 
 func calibrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -1,6 +1,6 @@
 // Package architecture holds the test that keeps docs/architecture.md true
 // to the code: the picture of Levee's packages and their imports is
 // generated from `go list`, and the rules it states (no server package
-// imports another) are checked on every test run. It has no code of its
-// own.
+// imports another, no operator tool imports a server) are checked on every
+// test run. It has no code of its own.
 package architecture

@@ -14,22 +14,20 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+
+	"github.com/leveehq/levee/pkg/ledger"
 )
 
-// Protocol limits (levee.budget.v1).
-const (
-	// MaxKeys is the most budget keys one Client reports.
-	MaxKeys = 64
-	// MaxNameLen bounds a key or a client ID, in bytes.
-	MaxNameLen = 128
-)
+// MaxKeys is the most budget keys one Client reports (levee.budget.v1);
+// how long a key or client ID may be is ledger.MaxNameLen.
+const MaxKeys = 64
 
 // Errors callers branch on.
 var (
 	// ErrInvalidConfig is wrapped by every error Config.Validate returns.
 	ErrInvalidConfig = errors.New("budget: invalid config")
-	// ErrInvalidKey is wrapped when a key is empty, too long or holds a byte
-	// outside [A-Za-z0-9._:/-].
+	// ErrInvalidKey is wrapped when a key is not a valid name
+	// (ledger.ValidateName).
 	ErrInvalidKey = errors.New("budget: invalid key")
 	// ErrTooManyKeys is returned by Client.Key beyond MaxKeys keys.
 	ErrTooManyKeys = errors.New("budget: too many keys")
@@ -128,13 +126,13 @@ func DefaultClientID() string {
 	_, _ = rand.Read(b[:])
 	suffix := "/" + strconv.Itoa(os.Getpid()) + "/" + hex.EncodeToString(b[:])
 	host = strings.Map(func(r rune) rune {
-		if r < 0x80 && nameByte(byte(r)) {
+		if r < 0x80 && ledger.NameByte(byte(r)) {
 			return r
 		}
 		return '-'
 	}, host)
-	if len(host) > MaxNameLen-len(suffix) {
-		host = host[:MaxNameLen-len(suffix)]
+	if len(host) > ledger.MaxNameLen-len(suffix) {
+		host = host[:ledger.MaxNameLen-len(suffix)]
 	}
 	return host + suffix
 }
@@ -151,7 +149,7 @@ func (c Config) Validate() error {
 			bad("Target: %v", err)
 		}
 	}
-	if err := checkName(c.ClientID); err != nil {
+	if err := ledger.ValidateName(c.ClientID); err != nil {
 		bad("ClientID: %v", err)
 	}
 	if len(c.Keys) > MaxKeys {
@@ -185,33 +183,13 @@ func (c Config) Validate() error {
 
 func inRange(v, lo, hi float64) bool { return !math.IsNaN(v) && v >= lo && v <= hi }
 
-// ValidateKey reports whether key can name a budget: 1 to 128 bytes of
-// [A-Za-z0-9._:/-]. The error wraps ErrInvalidKey.
+// ValidateKey reports whether key can name a budget (ledger.ValidateName).
+// The error wraps ErrInvalidKey and ledger.ErrInvalidName.
 func ValidateKey(key string) error {
-	if err := checkName(key); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidKey, err)
+	if err := ledger.ValidateName(key); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidKey, err)
 	}
 	return nil
-}
-
-func checkName(s string) error {
-	if s == "" {
-		return errors.New("empty")
-	}
-	if len(s) > MaxNameLen {
-		return fmt.Errorf("%d bytes, at most %d", len(s), MaxNameLen)
-	}
-	for i := 0; i < len(s); i++ {
-		if !nameByte(s[i]) {
-			return fmt.Errorf("byte 0x%02x at offset %d is not in [A-Za-z0-9._:/-]", s[i], i)
-		}
-	}
-	return nil
-}
-
-func nameByte(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
-		c == '.' || c == '_' || c == ':' || c == '/' || c == '-'
 }
 
 // parseTarget returns the addresses of a comma-separated list, or the one

@@ -62,7 +62,7 @@ func (t *settingsTable) configured(key string) bool {
 // revision rev. It returns the rejection, if any, and whether it is news
 // (not the same value rejected again, as after a re-read).
 func (t *settingsTable) put(name string, value []byte, rev int64) (rejected error, news bool) {
-	err := ValidateName(name)
+	err := ledger.ValidateName(name)
 	if name == DefaultConfigKey {
 		err = nil
 	}

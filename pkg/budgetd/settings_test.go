@@ -85,16 +85,3 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("external etcd: %v", err)
 	}
 }
-
-func TestValidateName(t *testing.T) {
-	for _, ok := range []string{"verify", "verify/tenant-a", "gateway-7f3c/4121", "a.b_c:d", strings.Repeat("x", 128)} {
-		if err := ValidateName(ok); err != nil {
-			t.Errorf("ValidateName(%q) = %v", ok, err)
-		}
-	}
-	for _, bad := range []string{"", " ", "a b", "é", "a\x00", strings.Repeat("x", 129), "a*"} {
-		if err := ValidateName(bad); err == nil {
-			t.Errorf("ValidateName(%q) accepted", bad)
-		}
-	}
-}

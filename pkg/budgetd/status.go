@@ -2,24 +2,19 @@ package budgetd
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"sort"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
-	"github.com/leveehq/levee/pkg/mtls"
+	"github.com/leveehq/levee/pkg/budgetstatus"
+	"github.com/leveehq/levee/pkg/ledger"
 )
 
 // Status implements BudgetService.Status: the leader's view, forwarded by a
@@ -27,7 +22,7 @@ import (
 // itself (settings and configuration errors) and an empty leader.
 func (s *Server) Status(ctx context.Context, req *budgetv1.StatusRequest) (*budgetv1.StatusResponse, error) {
 	if k := req.GetKey(); k != "" {
-		if err := ValidateName(k); err != nil {
+		if err := ledger.ValidateName(k); err != nil {
 			return nil, status.Error(codes.InvalidArgument, "key: "+err.Error())
 		}
 	}
@@ -113,119 +108,6 @@ func (s *Server) localStatus(key string, asLeader bool) *budgetv1.StatusResponse
 	return resp
 }
 
-// QueryStatus asks the replica at addr for the status of key (all keys if
-// empty), presenting id (nil: plaintext).
-func QueryStatus(ctx context.Context, addr, key string, id *mtls.Source) (*budgetv1.StatusResponse, error) {
-	cc, err := grpc.NewClient(addr, id.DialOption(""))
-	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", addr, err)
-	}
-	defer cc.Close()
-	resp, err := budgetv1.NewBudgetServiceClient(cc).Status(ctx, &budgetv1.StatusRequest{Key: key})
-	if err != nil {
-		return nil, fmt.Errorf("status from %s: %w", addr, err)
-	}
-	return resp, nil
-}
-
-// StatusCommand is the command line's budget status, the one behind both
-// `budgetd status` and `levee status`: its flags, and the query it makes
-// with the operator's identity.
-type StatusCommand struct {
-	Addr    string
-	Key     string
-	JSON    bool
-	Timeout time.Duration
-	TLS     mtls.Settings
-}
-
-// AddFlags registers -addr, -key, -json, -timeout and the TLS flags on fs,
-// with their defaults.
-func (c *StatusCommand) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Addr, "addr", DefaultConfig().ListenAddr, "address of any budgetd replica")
-	fs.StringVar(&c.Key, "key", "", "budget key to describe (default: all)")
-	fs.BoolVar(&c.JSON, "json", false, "print JSON instead of tables")
-	fs.DurationVar(&c.Timeout, "timeout", 5*time.Second, "give up after this long")
-	c.TLS.AddFlags(fs)
-}
-
-// Run asks the replica at Addr, as the admin identity (or in plaintext with
-// -insecure), and writes its answer to w as WriteStatus does, within
-// Timeout.
-func (c *StatusCommand) Run(ctx context.Context, w io.Writer) error {
-	id, err := c.TLS.Load(mtls.IdentityAdmin, mtls.Options{})
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
-	defer cancel()
-	resp, err := QueryStatus(ctx, c.Addr, c.Key, id)
-	if err != nil {
-		return err
-	}
-	return WriteStatus(w, resp, c.JSON)
-}
-
-// WriteStatus writes resp as readable tables, or as JSON (proto field
-// names, every field present).
-func WriteStatus(w io.Writer, resp *budgetv1.StatusResponse, asJSON bool) error {
-	if asJSON {
-		b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true, EmitUnpopulated: true}.Marshal(resp)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
-	}
-	var sb strings.Builder
-	if resp.GetLeader() == "" {
-		fmt.Fprintf(&sb, "leader:  none (clients use their local fallback budgets)\n")
-	} else {
-		fmt.Fprintf(&sb, "leader:  %s\n", resp.GetLeader())
-	}
-	fmt.Fprintf(&sb, "replica: %s\n\n", resp.GetReplica())
-
-	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
-	if len(resp.GetBudgets()) == 0 {
-		fmt.Fprintln(tw, "no budgets yet")
-	} else {
-		fmt.Fprintln(tw, "KEY\tRATIO\tBURST\tMIN/S\tTOKENS\tFIRST/S\tRETRIES/S\tRETRY RATIO\tGRANTED\tDENIED\tCLIENTS")
-		for _, b := range resp.GetBudgets() {
-			st := b.GetSettings()
-			fmt.Fprintf(tw, "%s\t%g\t%g\t%g\t%.1f\t%.1f\t%.1f\t%.3f\t%d\t%d\t%d\n", b.GetKey(),
-				st.GetRatio(), st.GetBurst(), st.GetMinPerSecond(), b.GetTokensAvailable(),
-				b.GetFirstAttemptsPerSecond(), b.GetRetriesPerSecond(), b.GetRetryRatio(),
-				b.GetTokensGrantedTotal(), b.GetTokensDeniedTotal(), len(b.GetClients()))
-		}
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	for _, b := range resp.GetBudgets() {
-		if len(b.GetClients()) == 0 {
-			continue
-		}
-		fmt.Fprintf(&sb, "\nclients of %s:\n", b.GetKey())
-		tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  CLIENT\tHAS\tWANTS\tFIRST/S\tSINCE REPORT")
-		for _, c := range b.GetClients() {
-			fmt.Fprintf(tw, "  %s\t%d\t%d\t%.1f\t%v\n", c.GetClientId(), c.GetHas(), c.GetWants(),
-				c.GetFirstAttemptsPerSecond(), c.GetSinceReport().AsDuration().Round(time.Millisecond))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-	}
-	if errs := resp.GetConfigErrors(); len(errs) > 0 {
-		fmt.Fprintf(&sb, "\nconfig errors:\n")
-		for _, e := range errs {
-			fmt.Fprintf(&sb, "  %s\n", e)
-		}
-	}
-	_, err := io.WriteString(w, sb.String())
-	return err
-}
-
 // httpHandler serves the status page at / and the metrics at /metrics.
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
@@ -235,11 +117,12 @@ func (s *Server) httpHandler() http.Handler {
 }
 
 // statusPage is the status as plain text (?json for JSON, ?key=k for one
-// key), headed by this replica's own role.
+// key), headed by this replica's own role, rendered as the operator's
+// tools render it (package budgetstatus).
 func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 	key := r.URL.Query().Get("key")
 	if key != "" {
-		if err := ValidateName(key); err != nil {
+		if err := ledger.ValidateName(key); err != nil {
 			http.Error(w, "key: "+err.Error(), http.StatusBadRequest)
 			return
 		}
@@ -254,12 +137,12 @@ func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) {
 	_, asJSON := r.URL.Query()["json"]
 	if asJSON {
 		w.Header().Set("Content-Type", "application/json")
-		_ = WriteStatus(w, resp, true)
+		_ = budgetstatus.Write(w, resp, true)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	fmt.Fprintf(w, "budgetd %s: %s\n\n", s.Addr(), s.role())
-	_ = WriteStatus(w, resp, false)
+	_ = budgetstatus.Write(w, resp, false)
 }
 
 // role describes this replica for people.

@@ -24,6 +24,7 @@ import (
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/internal/etcdclient"
+	"github.com/leveehq/levee/pkg/fleetctl"
 	"github.com/leveehq/levee/pkg/gateway"
 	"github.com/leveehq/levee/pkg/mtls"
 )
@@ -194,7 +195,7 @@ func TestMutualTLSFleet(t *testing.T) {
 		defer cli.Close()
 		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
 		defer wcancel()
-		return gateway.EditSettings(wctx, cli, gateway.DefaultSettingsKey, "set", []string{"clamp=40"}, io.Discard)
+		return fleetctl.EditSettings(wctx, cli, gateway.DefaultSettingsKey, "set", []string{"clamp=40"}, io.Discard)
 	}
 	for _, name := range []string{mtls.IdentityClient, mtls.IdentityGateway, mtls.IdentityVerifier, mtls.IdentityBudgetd} {
 		if err := write(name); !errors.Is(err, rpctypes.ErrPermissionDenied) {

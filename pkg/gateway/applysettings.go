@@ -7,6 +7,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leveehq/levee/pkg/breaker"
+	"github.com/leveehq/levee/pkg/gateway/settings"
 )
 
 // settingsHandler follows the settings key (etcdwatch.Handler).
@@ -14,7 +15,7 @@ type settingsHandler struct{ g *Gateway }
 
 func (h settingsHandler) Snapshot(kvs []*mvccpb.KeyValue) {
 	if len(kvs) == 0 {
-		_ = h.g.ApplySettings(Settings{}) // the configuration was validated
+		_ = h.g.ApplySettings(settings.Settings{}) // the configuration was validated
 		return
 	}
 	h.put(kvs[len(kvs)-1])
@@ -27,13 +28,13 @@ func (h settingsHandler) Events(evs []*clientv3.Event) {
 			h.put(ev.Kv)
 		case mvccpb.DELETE:
 			h.g.log.Info("gateway settings removed; configured values apply")
-			_ = h.g.ApplySettings(Settings{})
+			_ = h.g.ApplySettings(settings.Settings{})
 		}
 	}
 }
 
 func (h settingsHandler) put(kv *mvccpb.KeyValue) {
-	s, err := ParseSettings(kv.Value)
+	s, err := settings.Parse(kv.Value)
 	if err != nil {
 		h.g.metrics.configErrors.Inc()
 		h.g.log.Error("gateway settings rejected; the last good ones stay in force",
@@ -53,7 +54,7 @@ func (h settingsHandler) put(kv *mvccpb.KeyValue) {
 // gateway's configured values. Settings that are invalid on their own or in
 // combination with the configuration (shares that would invert the shedding
 // order) are refused whole, and nothing changes.
-func (g *Gateway) ApplySettings(s Settings) error {
+func (g *Gateway) ApplySettings(s settings.Settings) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
@@ -108,7 +109,7 @@ func floatOr(p *float64, d float64) float64 {
 	return *p
 }
 
-func durationOr(p *Duration, d time.Duration) time.Duration {
+func durationOr(p *settings.Duration, d time.Duration) time.Duration {
 	if p == nil {
 		return d
 	}

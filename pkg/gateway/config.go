@@ -54,7 +54,7 @@ type Config struct {
 	// any found through etcd.
 	Verifiers []string
 	// SettingsKey is the etcd key of the runtime settings (JSON, see
-	// Settings); changes apply without a restart.
+	// package settings); changes apply without a restart.
 	SettingsKey string
 
 	// BudgetTarget names the budgetd replicas that fund in-fleet retries

@@ -23,8 +23,8 @@
 //     node draining), only with a token from the fleet-wide retry budget
 //     (pkg/budget), only if the deadline still covers a verification. A
 //     verifier's "overloaded, do not retry" is passed back, never retried.
-//   - Runtime settings from etcd (Settings) apply within one watch round
-//     trip, without a restart.
+//   - Runtime settings from etcd (pkg/gateway/settings) apply within one
+//     watch round trip, without a restart.
 //   - A recovery autopilot (AutopilotConfig) that acts when the fleet shows
 //     the metastable signature and stands down when it is gone.
 //   - Verifiers come and go through etcd registrations (pkg/registry) or a
@@ -63,6 +63,7 @@ import (
 	"github.com/leveehq/levee/pkg/budget"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/gateway/internal/upstream"
+	"github.com/leveehq/levee/pkg/gateway/settings"
 	"github.com/leveehq/levee/pkg/verify"
 )
 
@@ -101,7 +102,7 @@ type Gateway struct {
 	auto  *autopilot
 
 	brkCfg    atomic.Pointer[breaker.Config]
-	settings  atomic.Pointer[Settings]
+	settings  atomic.Pointer[settings.Settings]
 	closeOnce sync.Once
 }
 
@@ -158,7 +159,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	brk := cfg.Breaker
 	g.brkCfg.Store(&brk)
-	g.settings.Store(&Settings{})
+	g.settings.Store(&settings.Settings{})
 	for i := range g.pushbacks {
 		span := cfg.PushbackMax - cfg.PushbackMin
 		g.pushbacks[i] = callmeta.PushbackTrailer(cfg.PushbackMin + time.Duration(float64(span)*float64(i)/float64(len(g.pushbacks)-1)))
@@ -247,7 +248,7 @@ func (g *Gateway) Registry() *prometheus.Registry { return g.reg }
 func (g *Gateway) Limiter() *admission.Limiter { return g.limiter }
 
 // Settings returns the runtime settings in force.
-func (g *Gateway) Settings() Settings { return *g.settings.Load() }
+func (g *Gateway) Settings() settings.Settings { return *g.settings.Load() }
 
 func (g *Gateway) newBreaker() *breaker.Breaker {
 	b, err := breaker.New(*g.brkCfg.Load())

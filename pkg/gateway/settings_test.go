@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -111,81 +110,6 @@ func TestSettingsFromEtcd(t *testing.T) {
 		waitFor(t, 2*time.Second, "clamp removed", func() bool { return gw.g.limiter.Snapshot().Clamp == 0 })
 		if got := gw.g.limiter.Limit(); got < 20 {
 			t.Errorf("limit %d after the clamp was deleted, want the adaptive ≥ 20", got)
-		}
-	})
-}
-
-func TestParseSettings(t *testing.T) {
-	ok := []string{
-		`{}`,
-		`{"clamp": 0}`,
-		`{"clamp": 40, "ceiling": 500, "critical_reserve": 0.2, "batch_share": 0.5, "retry_share": 0.9,
-		  "autopilot": true, "client_timeout": "2s", "breaker_failure_rate": 0.5, "breaker_open_for": "5s",
-		  "breaker_min_requests": 20}`,
-	}
-	for _, s := range ok {
-		if _, err := ParseSettings([]byte(s)); err != nil {
-			t.Errorf("ParseSettings(%s) = %v, want ok", s, err)
-		}
-	}
-	bad := map[string]string{
-		``:                                 "empty",
-		`[]`:                               "invalid JSON",
-		`{"clamp": -1}`:                    "clamp must be in",
-		`{"clamp": 1.5}`:                   "clamp must be an integer",
-		`{"ceiling": 0}`:                   "ceiling must be in",
-		`{"critical_reserve": 1.5}`:        "critical_reserve must be in",
-		`{"batch_share": 0}`:               "batch_share must be in (0, 1]",
-		`{"client_timeout": "soon"}`:       "duration string",
-		`{"client_timeout": "-1s"}`:        "client_timeout must be in",
-		`{"breaker_open_for": 5}`:          "duration string",
-		`{"typo": 1}`:                      `unknown field(s) "typo"`,
-		`{"Clamp": 1}`:                     `unknown field(s) "Clamp"`, // names are exact
-		`{"clamp": 1} {"clamp": 2}`:        "data after the object",
-		`{"breaker_min_requests": 0}`:      "breaker_min_requests must be in",
-		`{"breaker_failure_rate": 1.01}`:   "breaker_failure_rate must be in",
-		`{"autopilot": "yes"}`:             "autopilot must be true or false",
-		strings.Repeat(" ", 17<<10) + "{}": "more than the",
-	}
-	for in, want := range bad {
-		_, err := ParseSettings([]byte(in))
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("ParseSettings(%.40q) = %v, want an error containing %q", in, err, want)
-		}
-	}
-}
-
-func TestParseAssignments(t *testing.T) {
-	s, err := ParseAssignments([]string{"clamp=40", "autopilot=false", "client_timeout=1500ms", "batch_share=0.4"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if *s.Clamp != 40 || *s.Autopilot || time.Duration(*s.ClientTimeout) != 1500*time.Millisecond || *s.BatchShare != 0.4 {
-		t.Errorf("ParseAssignments = %s", s)
-	}
-	for _, in := range [][]string{{"clamp"}, {"=3"}, {"clamp=x"}, {"nope=1"}} {
-		if _, err := ParseAssignments(in); err == nil {
-			t.Errorf("ParseAssignments(%q) = nil error", in)
-		}
-	}
-}
-
-func FuzzParseSettings(f *testing.F) {
-	for _, s := range []string{`{}`, `{"clamp": 40}`, `{"client_timeout": "2s", "autopilot": true}`, `{"batch_share": 0.5}`, `x`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		s, err := ParseSettings(data)
-		if err != nil {
-			return
-		}
-		if err := s.Validate(); err != nil {
-			t.Fatalf("ParseSettings accepted %q but Validate says %v", data, err)
-		}
-		// What parses must survive a round trip.
-		again, err := ParseSettings([]byte(s.String()))
-		if err != nil || again.String() != s.String() {
-			t.Fatalf("round trip of %q: %s, %v", data, again, err)
 		}
 	})
 }

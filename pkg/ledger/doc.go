@@ -1,8 +1,10 @@
 // Package ledger is the accounting of Levee's fleet-wide retry budget: the
-// Settings of one budget key and the Ledger that budgetd's leader keeps for
-// it. Every process that retries reports its first attempts and retries;
-// the ledger turns them into retry tokens and splits those among the
-// reporting processes.
+// Settings of one budget key, the Ledger that budgetd's leader keeps for
+// it, and the grammar of the names a budget is kept under (keys and client
+// IDs, ValidateName), which the client and budgetd check alike. Every
+// process that retries reports its first attempts and retries; the ledger
+// turns them into retry tokens and splits those among the reporting
+// processes.
 //
 // A Ledger guarantees, per key and over any interval, that the tokens
 // granted to the whole fleet stay within Ratio × the first attempts the

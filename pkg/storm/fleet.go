@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leveehq/levee/pkg/budgetd"
+	"github.com/leveehq/levee/pkg/fleetctl"
 	"github.com/leveehq/levee/pkg/mtls"
 )
 
@@ -183,7 +183,7 @@ func (f *Fleet) budgetdLeader(ctx context.Context) (*Member, error) {
 
 // leaderOf asks the budgetd replica at addr for the leader's address.
 func leaderOf(ctx context.Context, addr string, id *mtls.Source) (string, error) {
-	resp, err := budgetd.QueryStatus(ctx, addr, "", id)
+	resp, err := fleetctl.QueryStatus(ctx, addr, "", id)
 	if err != nil {
 		return "", err
 	}

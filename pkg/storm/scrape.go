@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/leveehq/levee/internal/promscrape"
-	"github.com/leveehq/levee/pkg/budgetd"
+	"github.com/leveehq/levee/pkg/fleetctl"
 )
 
 // Scraped column names the verdicts and plots read.
@@ -216,7 +216,7 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 			defer wg.Done()
 			for _, b := range bs {
 				cctx, cancel := context.WithTimeout(ctx, timeout)
-				resp, err := budgetd.QueryStatus(cctx, b.Addr, "", sc.f.TLS)
+				resp, err := fleetctl.QueryStatus(cctx, b.Addr, "", sc.f.TLS)
 				cancel()
 				if err != nil {
 					continue

@@ -12,6 +12,7 @@ import (
 	"github.com/leveehq/levee/internal/testlock"
 	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
+	"github.com/leveehq/levee/pkg/fleetctl"
 	"github.com/leveehq/levee/pkg/mtls"
 )
 
@@ -42,7 +43,7 @@ const (
 //   - that is far below what the same 500 processes would have been allowed
 //     with per-process budgets of the same settings;
 //   - the leader's Status shows the live retry ratio at Ratio, and
-//     `budgetd status` (budgetd.StatusCommand) shows the key, the first-attempt rate,
+//     `budgetd status` (fleetctl.StatusCommand) shows the key, the first-attempt rate,
 //     the retry ratio and ~500 clients while the load runs.
 func TestFleetBound(t *testing.T) {
 	testlock.Quiet(t) // 500 clients and an etcd session that must not lapse under them
@@ -69,7 +70,7 @@ func TestFleetBound(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var buf bytes.Buffer
-		if err := (&budgetd.StatusCommand{Addr: r.Addr(), Timeout: 5 * time.Second, TLS: mtls.Settings{Insecure: true}}).Run(ctx, &buf); err != nil {
+		if err := (&fleetctl.StatusCommand{Addr: r.Addr(), Timeout: 5 * time.Second, TLS: mtls.Settings{Insecure: true}}).Run(ctx, &buf); err != nil {
 			t.Fatalf("budgetd status: %v", err)
 		}
 		out := buf.String()

@@ -16,7 +16,7 @@
 //     Ratio × their first attempts plus one cap and MinPerSecond × time, in
 //     every window; that is far below what the same 500 processes would get
 //     with per-process budgets; the leader's Status shows the live retry
-//     ratio at Ratio; and `budgetd status` (budgetd.StatusCommand) shows the load.
+//     ratio at Ratio; and `budgetd status` (fleetctl.StatusCommand) shows the load.
 //   - TestFleetFairness: a client with 10× the traffic of each other gets
 //     no more than its share of first attempts of the scarce tokens.
 //   - TestFleetFailover: when the leader stops under load, the other replica

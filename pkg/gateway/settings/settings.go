@@ -1,25 +1,26 @@
-package gateway
+// Package settings is the gateways' runtime settings: the one JSON object
+// operators write into etcd (`levee settings`) and every gateway reads and
+// puts in force without a restart. It holds the schema and its rules —
+// parsing, validation, merging an edit into what is stored, name=value
+// assignments — and nothing of the gateway, so that the operator's tools
+// share them without linking a gateway.
+package settings
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leveehq/levee/internal/strictjson"
 )
 
-// MaxSettingsSize bounds the runtime settings value read from etcd.
-const MaxSettingsSize = 16 << 10
+// MaxSize bounds the settings value read from etcd, in bytes.
+const MaxSize = 16 << 10
 
 // Settings are the gateway's runtime settings, stored as one JSON object
-// under Config.SettingsKey and applied to every gateway within one watch round
-// trip, without a restart. Every field is optional: a missing field keeps the
+// under the gateway's Config.SettingsKey and applied to every gateway within
+// one watch round trip, without a restart. Every field is optional: a missing field keeps the
 // gateway's configured value, and deleting the key restores them all. Unknown
 // fields are errors, so that a typo is refused rather than ignored.
 //
@@ -68,12 +69,12 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// ParseSettings reads runtime settings as stored in etcd (at most
-// MaxSettingsSize bytes, names exact, no unknown field) and checks every
-// field's range. The error names the field and the problem.
-func ParseSettings(data []byte) (Settings, error) {
+// Parse reads runtime settings as stored in etcd (at most MaxSize bytes,
+// names exact, no unknown field) and checks every field's range. The error
+// names the field and the problem.
+func Parse(data []byte) (Settings, error) {
 	var s Settings
-	if err := strictjson.Decode(data, &s, MaxSettingsSize); err != nil {
+	if err := strictjson.Decode(data, &s, MaxSize); err != nil {
 		return Settings{}, err
 	}
 	return s, s.Validate()
@@ -132,17 +133,21 @@ func (s Settings) String() string {
 
 // Merge returns s with every field set in t replacing its own: how the
 // command-line tool edits one setting and keeps the rest. Every field is an
-// omitempty pointer, so t's JSON holds exactly its set fields, and decoding
-// it onto s replaces those and no others.
+// omitempty pointer, so the JSON of each holds exactly its set fields;
+// decoding s's and then t's onto new Settings replaces those and no others,
+// and shares no pointer with s or t, which stay as they were.
 func (s Settings) Merge(t Settings) Settings {
-	b, err := json.Marshal(t)
-	if err == nil {
-		err = json.Unmarshal(b, &s)
+	var out Settings
+	for _, v := range []Settings{s, t} {
+		b, err := json.Marshal(v)
+		if err == nil {
+			err = json.Unmarshal(b, &out)
+		}
+		if err != nil {
+			panic(fmt.Sprintf("settings: do not round-trip through JSON: %v", err))
+		}
 	}
-	if err != nil {
-		panic(fmt.Sprintf("gateway: settings do not round-trip through JSON: %v", err))
-	}
-	return s
+	return out
 }
 
 // ParseAssignments reads "name=value" pairs as the command-line tool takes
@@ -160,7 +165,7 @@ func ParseAssignments(args []string) (Settings, error) {
 		}
 		parts = append(parts, fmt.Sprintf("%q:%s", name, raw))
 	}
-	return ParseSettings([]byte("{" + strings.Join(parts, ",") + "}"))
+	return Parse([]byte("{" + strings.Join(parts, ",") + "}"))
 }
 
 func isJSONScalar(v string) bool {
@@ -175,73 +180,10 @@ func isJSONScalar(v string) bool {
 	return false
 }
 
-// EditSettings is the command-line side of runtime settings, on the etcd key
-// key: "get" prints them, "set" merges name=value assignments into them (an
-// atomic read-modify-write: a concurrent edit is never lost), "delete"
-// removes them so every gateway returns to its configured values. What is
-// written is validated first; gateways also validate what they read.
-func EditSettings(ctx context.Context, cli *clientv3.Client, key, verb string, args []string, w io.Writer) error {
-	switch verb {
-	case "get":
-		resp, err := cli.Get(ctx, key)
-		if err != nil {
-			return fmt.Errorf("read %s: %w", key, err)
-		}
-		if len(resp.Kvs) == 0 {
-			fmt.Fprintf(w, "%s: none set; gateways use their configured values\n", key)
-			return nil
-		}
-		s, err := ParseSettings(resp.Kvs[0].Value)
-		if err != nil {
-			fmt.Fprintf(w, "%s (revision %d) is INVALID, gateways keep their last good settings: %v\n",
-				key, resp.Kvs[0].ModRevision, err)
-			return nil
-		}
-		fmt.Fprintf(w, "%s (revision %d): %s\n", key, resp.Kvs[0].ModRevision, s)
-		return nil
-	case "set":
-		change, err := ParseAssignments(args)
-		if err != nil {
-			return err
-		}
-		if len(args) == 0 {
-			return errors.New("set: want name=value assignments, e.g. clamp=40")
-		}
-		for {
-			resp, err := cli.Get(ctx, key)
-			if err != nil {
-				return fmt.Errorf("read %s: %w", key, err)
-			}
-			var cur Settings
-			var rev int64
-			if len(resp.Kvs) > 0 {
-				rev = resp.Kvs[0].ModRevision
-				if cur, err = ParseSettings(resp.Kvs[0].Value); err != nil {
-					cur = Settings{} // replace an invalid value outright
-				}
-			}
-			next := cur.Merge(change)
-			if err := next.Validate(); err != nil {
-				return err
-			}
-			txn, err := cli.Txn(ctx).
-				If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-				Then(clientv3.OpPut(key, next.String())).
-				Commit()
-			if err != nil {
-				return fmt.Errorf("write %s: %w", key, err)
-			}
-			if txn.Succeeded {
-				fmt.Fprintf(w, "%s (revision %d): %s\n", key, txn.Header.Revision, next)
-				return nil
-			}
-		}
-	case "delete":
-		if _, err := cli.Delete(ctx, key); err != nil {
-			return fmt.Errorf("delete %s: %w", key, err)
-		}
-		fmt.Fprintf(w, "%s deleted; gateways use their configured values\n", key)
-		return nil
+// truncate cuts what an error quotes of its input to n bytes.
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
 	}
-	return fmt.Errorf("unknown settings verb %q (want get, set or delete)", verb)
+	return s
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leveehq/levee/pkg/mtls"
+	"github.com/leveehq/levee/pkg/wellknown"
 )
 
 // ComposeConfig describes the compose fleet of docker-compose.yml as the lab
@@ -33,7 +34,8 @@ type ComposeConfig struct {
 
 // The published ports of docker-compose.storm.yml, one home for them here:
 // verifier i (from 1) at 1771i (gRPC) and 1971i (metrics), budgetd i at
-// 1772i and 1972i; the gateway at docker-compose.yml's 7700 and 9700.
+// 1772i and 1972i; the gateway at docker-compose.yml's, Levee's default
+// (wellknown.GatewayPort and its metrics port).
 const (
 	composeVerifiers = 3
 	composeBudgetds  = 2
@@ -119,7 +121,7 @@ func StartCompose(ctx context.Context, cfg ComposeConfig, unguarded bool) (*Flee
 	if _, err := cfg.compose(sctx, unguarded, append([]string{"up", "-d", "--force-recreate", "--no-deps"}, leveeServices...)...); err != nil {
 		return nil, err
 	}
-	f := &Fleet{Name: name, Target: "127.0.0.1:7700"}
+	f := &Fleet{Name: name, Target: wellknown.LoopbackAddr(wellknown.GatewayPort)}
 	container := func(service string) (string, error) {
 		id, err := cfg.compose(sctx, unguarded, "ps", "-q", service)
 		id = strings.TrimSpace(id)
@@ -172,7 +174,8 @@ func StartCompose(ctx context.Context, cfg ComposeConfig, unguarded bool) (*Flee
 			return nil, err
 		}
 	}
-	gw := &Member{Name: "gateway-1", Role: RoleGateway, Addr: f.Target, Metrics: "http://127.0.0.1:9700/metrics"}
+	gw := &Member{Name: "gateway-1", Role: RoleGateway, Addr: f.Target,
+		Metrics: "http://" + wellknown.LoopbackAddr(wellknown.GatewayPort+wellknown.MetricsOffset) + "/metrics"}
 	if err := add(gw, "gateway", gatewaySees(f.Target, gw.Metrics, composeVerifiers, f.TLS)); err != nil {
 		return nil, err
 	}

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leveehq/levee/pkg/budgetd"
+	"google.golang.org/grpc"
+
+	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
 	"github.com/leveehq/levee/pkg/mtls"
 )
 
@@ -181,9 +183,24 @@ func (f *Fleet) budgetdLeader(ctx context.Context) (*Member, error) {
 	return nil, fmt.Errorf("storm: no budgetd leader: %w", errors.Join(errs...))
 }
 
+// budgetdStatus asks the budgetd replica at addr for its status, every key's,
+// through the wire API (levee.budget.v1.BudgetService/Status).
+func budgetdStatus(ctx context.Context, addr string, id *mtls.Source) (*budgetv1.StatusResponse, error) {
+	cc, err := grpc.NewClient(addr, id.DialOption(""))
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	defer cc.Close()
+	resp, err := budgetv1.NewBudgetServiceClient(cc).Status(ctx, &budgetv1.StatusRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("status from %s: %w", addr, err)
+	}
+	return resp, nil
+}
+
 // leaderOf asks the budgetd replica at addr for the leader's address.
 func leaderOf(ctx context.Context, addr string, id *mtls.Source) (string, error) {
-	resp, err := budgetd.QueryStatus(ctx, addr, "", id)
+	resp, err := budgetdStatus(ctx, addr, id)
 	if err != nil {
 		return "", err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/verify"
+	"github.com/leveehq/levee/pkg/wellknown"
 )
 
 // LocalConfig describes a fleet of separate processes on this machine, each
@@ -147,7 +148,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig, unguarded bool) (_ *Fleet,
 	}
 
 	// Every member's transport security, as flags.
-	security, etcdAuth := []string{"-insecure"}, []string(nil)
+	security, etcdAuth := []string{flag(wellknown.FlagInsecure)}, []string(nil)
 	scheme := "http://"
 	if !unguarded && !cfg.Insecure {
 		certs := filepath.Join(dir, "certs")
@@ -157,8 +158,8 @@ func StartLocal(ctx context.Context, cfg LocalConfig, unguarded bool) (_ *Fleet,
 		if f.TLS, err = (mtls.Settings{Dir: certs}).Load(mtls.IdentityAdmin, mtls.Options{}); err != nil {
 			return nil, fmt.Errorf("storm: %w", err)
 		}
-		security, scheme = []string{"-tls-dir", certs}, "https://"
-		etcdAuth = []string{"-auth"}
+		security, scheme = []string{flag(wellknown.FlagTLSDir), certs}, "https://"
+		etcdAuth = []string{flag(wellknown.FlagEtcdAuth)}
 	}
 
 	var etcdURL string
@@ -170,8 +171,9 @@ func StartLocal(ctx context.Context, cfg LocalConfig, unguarded bool) (_ *Fleet,
 		}
 		etcdURL = scheme + client
 		m := &Member{Name: "etcd-1", Role: RoleEtcd, Addr: client}
-		if err := add(m, "levee", append([]string{"etcd", "-data-dir", filepath.Join(dir, "etcd"), "-name", "storm",
-			"-client-url", etcdURL, "-peer-url", scheme + peer}, slices.Concat(security, etcdAuth)...), grpcServing(client, "", f.TLS)); err != nil {
+		if err := add(m, "levee", append([]string{"etcd", flag(wellknown.FlagEtcdDataDir), filepath.Join(dir, "etcd"),
+			flag(wellknown.FlagEtcdName), "storm", flag(wellknown.FlagEtcdClientURL), etcdURL,
+			flag(wellknown.FlagEtcdPeerURL), scheme + peer}, slices.Concat(security, etcdAuth)...), grpcServing(client, "", f.TLS)); err != nil {
 			return nil, err
 		}
 		for i := range cfg.Budgetds {
@@ -180,8 +182,8 @@ func StartLocal(ctx context.Context, cfg LocalConfig, unguarded bool) (_ *Fleet,
 				return nil, err
 			}
 			m := &Member{Name: "budgetd-" + strconv.Itoa(i+1), Role: RoleBudgetd, Addr: addr, Metrics: "http://" + maddr + "/metrics"}
-			args := slices.Concat([]string{"-etcd", etcdURL, "-listen", addr, "-advertise", addr, "-metrics-listen", maddr},
-				security, cfg.BudgetdFlags)
+			args := slices.Concat([]string{flag(wellknown.FlagEtcd), etcdURL, flag(wellknown.FlagListen), addr,
+				flag(wellknown.FlagAdvertise), addr, flag(wellknown.FlagMetricsListen), maddr}, security, cfg.BudgetdFlags)
 			if err := add(m, "budgetd", args, grpcServing(addr, "", f.TLS)); err != nil {
 				return nil, err
 			}
@@ -196,15 +198,16 @@ func StartLocal(ctx context.Context, cfg LocalConfig, unguarded bool) (_ *Fleet,
 			return nil, err
 		}
 		m := &Member{Name: "verifier-" + strconv.Itoa(i+1), Role: RoleVerifier, Addr: addr, Metrics: "http://" + maddr + "/metrics"}
-		args := []string{"-listen", addr, "-metrics-listen", maddr, "-workers", strconv.Itoa(cfg.Workers),
-			"-argon2-memory-kib", strconv.FormatUint(uint64(cfg.Params.Memory), 10),
-			"-argon2-iterations", strconv.FormatUint(uint64(cfg.Params.Iterations), 10),
-			"-argon2-parallelism", strconv.Itoa(int(cfg.Params.Parallelism)),
-			"-enable-capacity-knob", "-drain-timeout", "5s"}
+		args := []string{flag(wellknown.FlagListen), addr, flag(wellknown.FlagMetricsListen), maddr,
+			flag(wellknown.FlagWorkers), strconv.Itoa(cfg.Workers),
+			flag(wellknown.FlagArgon2MemoryKiB), strconv.FormatUint(uint64(cfg.Params.Memory), 10),
+			flag(wellknown.FlagArgon2Iterations), strconv.FormatUint(uint64(cfg.Params.Iterations), 10),
+			flag(wellknown.FlagArgon2Parallelism), strconv.Itoa(int(cfg.Params.Parallelism)),
+			flag(wellknown.FlagEnableCapacityKnob), flag(wellknown.FlagDrainTimeout), "5s"}
 		if unguarded {
-			args = append(args, "-unguarded")
+			args = append(args, flag(wellknown.FlagUnguarded))
 		} else {
-			args = append(args, "-etcd", etcdURL)
+			args = append(args, flag(wellknown.FlagEtcd), etcdURL)
 		}
 		if err := add(m, "verifier", slices.Concat(args, security, cfg.VerifierFlags), grpcServing(addr, "", f.TLS)); err != nil {
 			return nil, err
@@ -216,11 +219,11 @@ func StartLocal(ctx context.Context, cfg LocalConfig, unguarded bool) (_ *Fleet,
 		return nil, err
 	}
 	m := &Member{Name: "gateway-1", Role: RoleGateway, Addr: addr, Metrics: "http://" + maddr + "/metrics"}
-	args := []string{"-listen", addr, "-metrics-listen", maddr}
+	args := []string{flag(wellknown.FlagListen), addr, flag(wellknown.FlagMetricsListen), maddr}
 	if unguarded {
-		args = append(args, "-unguarded", "-verifiers", strings.Join(verifiers, ","))
+		args = append(args, flag(wellknown.FlagUnguarded), flag(wellknown.FlagVerifiers), strings.Join(verifiers, ","))
 	} else {
-		args = append(args, "-etcd", etcdURL, "-budgetd", f.Budgetd)
+		args = append(args, flag(wellknown.FlagEtcd), etcdURL, flag(wellknown.FlagBudgetd), f.Budgetd)
 	}
 	if err := add(m, "gateway", slices.Concat(args, security, cfg.GatewayFlags), gatewaySees(addr, m.Metrics, cfg.Verifiers, f.TLS)); err != nil {
 		return nil, err
@@ -229,6 +232,9 @@ func StartLocal(ctx context.Context, cfg LocalConfig, unguarded bool) (_ *Fleet,
 	log.Info("fleet up", "fleet", name, "gateway", addr, "verifiers", len(verifiers), "budgetd", len(budgetds), "logs", dir)
 	return f, nil
 }
+
+// flag is a command-line flag as a member's arguments spell it.
+func flag(name string) string { return "-" + name }
 
 // freeAddr returns a loopback address with a port free now. Another process
 // may take it before the member binds it; the member then fails to start and
@@ -286,7 +292,7 @@ func grpcServing(addr, service string, id *mtls.Source) func(context.Context) er
 }
 
 // gatewaySees waits until the gateway serves and counts n verifiers serving
-// (its levee_gateway_verifier_serving gauges, refreshed every second).
+// (its wellknown.MetricGatewayVerifierServing gauges, refreshed every second).
 func gatewaySees(addr, metricsURL string, n int, id *mtls.Source) func(context.Context) error {
 	return func(ctx context.Context) error {
 		if err := grpcServing(addr, "", id)(ctx); err != nil {
@@ -297,7 +303,7 @@ func gatewaySees(addr, metricsURL string, n int, id *mtls.Source) func(context.C
 			if err != nil {
 				return err
 			}
-			if got := sumOf(mfs, "levee_gateway_verifier_serving", nil); got != float64(n) {
+			if got := sumOf(mfs, wellknown.MetricGatewayVerifierServing, nil); got != float64(n) {
 				return fmt.Errorf("gateway sees %v verifiers serving, want %d", got, n)
 			}
 			return nil

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/leveehq/levee/internal/promscrape"
-	"github.com/leveehq/levee/pkg/budgetd"
+	"github.com/leveehq/levee/pkg/wellknown"
 )
 
 // Scraped column names the verdicts and plots read.
@@ -216,7 +216,7 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 			defer wg.Done()
 			for _, b := range bs {
 				cctx, cancel := context.WithTimeout(ctx, timeout)
-				resp, err := budgetd.QueryStatus(cctx, b.Addr, "", sc.f.TLS)
+				resp, err := budgetdStatus(cctx, b.Addr, sc.f.TLS)
 				cancel()
 				if err != nil {
 					continue
@@ -272,66 +272,66 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 				out[col] = v
 			}
 		}
-		set(pre+"_cpu", sc.delta(name, "cpu", sumOf(mfs, "process_cpu_seconds_total", nil)))
+		set(pre+"_cpu", sc.delta(name, "cpu", sumOf(mfs, wellknown.MetricProcessCPU, nil)))
 		// What a soak watches for growth (a local process's memory and files
 		// come from /proc above; a container's from its own metrics).
 		if _, done := out[pre+"_rss_mb"]; !done {
-			if _, ok := mfs["process_resident_memory_bytes"]; ok {
-				set(pre+"_rss_mb", sumOf(mfs, "process_resident_memory_bytes", nil)/1e6)
+			if _, ok := mfs[wellknown.MetricProcessResident]; ok {
+				set(pre+"_rss_mb", sumOf(mfs, wellknown.MetricProcessResident, nil)/1e6)
 			}
-			if _, ok := mfs["process_open_fds"]; ok {
-				set(pre+"_fds", sumOf(mfs, "process_open_fds", nil))
+			if _, ok := mfs[wellknown.MetricProcessOpenFDs]; ok {
+				set(pre+"_fds", sumOf(mfs, wellknown.MetricProcessOpenFDs, nil))
 			}
 		}
-		if _, ok := mfs["go_goroutines"]; ok {
-			set(pre+"_goroutines", sumOf(mfs, "go_goroutines", nil))
+		if _, ok := mfs[wellknown.MetricGoGoroutines]; ok {
+			set(pre+"_goroutines", sumOf(mfs, wellknown.MetricGoGoroutines, nil))
 		}
-		if _, ok := mfs["process_start_time_seconds"]; ok {
-			set(pre+"_start", sumOf(mfs, "process_start_time_seconds", nil))
+		if _, ok := mfs[wellknown.MetricProcessStartTime]; ok {
+			set(pre+"_start", sumOf(mfs, wellknown.MetricProcessStartTime, nil))
 		}
 		switch p.m.Role {
 		case RoleGateway:
-			set(pre+"_limit", sumOf(mfs, "levee_gateway_limit", nil))
-			set(pre+"_inflight", sumOf(mfs, "levee_gateway_inflight", nil))
-			set(pre+"_admitted", sc.delta(name, "admitted", sumOf(mfs, "levee_gateway_admitted_total", nil)))
-			set(pre+"_failed", sc.delta(name, "failed", sumOf(mfs, "levee_gateway_failed_total", nil)))
-			set(pre+"_refused", sc.delta(name, "refused", sumOf(mfs, "levee_gateway_refused_total", nil)))
+			set(pre+"_limit", sumOf(mfs, wellknown.MetricGatewayLimit, nil))
+			set(pre+"_inflight", sumOf(mfs, wellknown.MetricGatewayInflight, nil))
+			set(pre+"_admitted", sc.delta(name, "admitted", sumOf(mfs, wellknown.MetricGatewayAdmitted, nil)))
+			set(pre+"_failed", sc.delta(name, "failed", sumOf(mfs, wellknown.MetricGatewayFailed, nil)))
+			set(pre+"_refused", sc.delta(name, "refused", sumOf(mfs, wellknown.MetricGatewayRefused, nil)))
 			for _, r := range []string{"limit", "priority", "busy", "deadline", "no_verifier"} {
 				set(pre+"_refused_"+r, sc.delta(name, "refused_"+r,
-					sumOf(mfs, "levee_gateway_refused_total", map[string]string{"reason": r})))
+					sumOf(mfs, wellknown.MetricGatewayRefused, map[string]string{"reason": r})))
 			}
-			set(pre+"_breakers_open", countWhere(mfs, "levee_gateway_verifier_breaker_state", 2))
-			set(pre+"_breakers_half_open", countWhere(mfs, "levee_gateway_verifier_breaker_state", 1))
-			set(pre+"_autopilot", sumOf(mfs, "levee_gateway_autopilot_engaged", nil))
-			set(pre+"_fleet_retries", sc.delta(name, "fleet_retries", sumOf(mfs, "levee_gateway_fleet_retries_total", nil)))
-			set(pre+"_margin", sumOf(mfs, "levee_gateway_bistability_margin", nil))
-			set(pre+"_late", sc.delta(name, "late", sumOf(mfs, "levee_gateway_late_total", nil)))
-			if _, ok := mfs["levee_budget_fallback"]; ok { // the gateway's own retry budget
-				set(pre+"_budget_fallback", sumOf(mfs, "levee_budget_fallback", nil))
-				set(pre+"_budget_tokens", sumOf(mfs, "levee_budget_tokens", nil))
-				set(pre+"_budget_tokens_fallback", sumOf(mfs, "levee_budget_tokens", map[string]string{"source": "fallback"}))
+			set(pre+"_breakers_open", countWhere(mfs, wellknown.MetricGatewayVerifierBreaker, 2))
+			set(pre+"_breakers_half_open", countWhere(mfs, wellknown.MetricGatewayVerifierBreaker, 1))
+			set(pre+"_autopilot", sumOf(mfs, wellknown.MetricGatewayAutopilotEngaged, nil))
+			set(pre+"_fleet_retries", sc.delta(name, "fleet_retries", sumOf(mfs, wellknown.MetricGatewayFleetRetries, nil)))
+			set(pre+"_margin", sumOf(mfs, wellknown.MetricGatewayMargin, nil))
+			set(pre+"_late", sc.delta(name, "late", sumOf(mfs, wellknown.MetricGatewayLate, nil)))
+			if _, ok := mfs[wellknown.MetricBudgetFallback]; ok { // the gateway's own retry budget
+				set(pre+"_budget_fallback", sumOf(mfs, wellknown.MetricBudgetFallback, nil))
+				set(pre+"_budget_tokens", sumOf(mfs, wellknown.MetricBudgetTokens, nil))
+				set(pre+"_budget_tokens_fallback", sumOf(mfs, wellknown.MetricBudgetTokens, map[string]string{"source": "fallback"}))
 			}
 		case RoleVerifier:
 			anyVerifier = true
-			set(pre+"_expected_ms", 1000*sumOf(mfs, "levee_verifier_expected_service_seconds", nil))
-			set(pre+"_queue", sumOf(mfs, "levee_verifier_queue_length", nil))
-			arrived := sc.delta(name, "attempts", sumOf(mfs, "levee_verifier_attempts_total", nil))
-			dropped := sc.delta(name, "dropped", sumOf(mfs, "levee_verifier_dropped_total", nil))
+			set(pre+"_expected_ms", 1000*sumOf(mfs, wellknown.MetricVerifierExpectedService, nil))
+			set(pre+"_queue", sumOf(mfs, wellknown.MetricVerifierQueueLength, nil))
+			arrived := sc.delta(name, "attempts", sumOf(mfs, wellknown.MetricVerifierAttempts, nil))
+			dropped := sc.delta(name, "dropped", sumOf(mfs, wellknown.MetricVerifierDropped, nil))
 			set(pre+"_arrivals", arrived)
 			if arrived > 0 {
 				set(pre+"_refusal_rate", dropped/arrived)
 			} else if arrived == 0 {
 				set(pre+"_refusal_rate", 0)
 			}
-			if late := sc.delta(name, "late", sumOf(mfs, "levee_verifier_late_total", nil)); !math.IsNaN(late) {
+			if late := sc.delta(name, "late", sumOf(mfs, wellknown.MetricVerifierLate, nil)); !math.IsNaN(late) {
 				wasted += late
 				set(pre+"_late", late)
 			}
-			for b, c := range sc.histDelta(name, "queue_wait", buckets(mfs, "levee_verifier_queue_wait_seconds")) {
+			for b, c := range sc.histDelta(name, "queue_wait", buckets(mfs, wellknown.MetricVerifierQueueWait)) {
 				queue[b] += c
 			}
 		case RoleBudgetd:
-			set(pre+"_leader", sumOf(mfs, "levee_budgetd_is_leader", nil))
+			set(pre+"_leader", sumOf(mfs, wellknown.MetricBudgetdIsLeader, nil))
 		}
 	}
 	if anyVerifier {

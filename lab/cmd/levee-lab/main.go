@@ -1,3 +1,6 @@
+// Command levee-lab is Levee's lab: it drives a real fleet through the
+// triggers of a metastable failure and reports whether it came back
+// (docs/lab.md).
 package main
 
 import (
@@ -8,40 +11,55 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/leveehq/levee/internal/flagenv"
-	"github.com/leveehq/levee/pkg/storm"
+	"github.com/leveehq/levee/lab/storm"
 )
 
-const stormUsage = `usage: levee storm [flags]
+const stormUsage = `usage: levee-lab [flags]
 
 Drives a real fleet through the triggers of a metastable failure and says
 whether it came back. By default: the local Levee fleet (separate processes)
 and its control (the same binaries, -unguarded), each measured for its
-capacity C, then loaded at 0.7 C with the seed's naive clients while every
-verifier is stopped (SIGSTOP) for 10 s; report in ./storm-out.
+capacity C, then loaded at 0.7 C by naive clients (three immediate attempts,
+2 s timeout each) while every verifier is stopped (SIGSTOP) for 10 s; report
+in ./storm-out.
 
-  levee storm                                         the default experiment
-  levee storm -trigger cpu -duration 20s -load 0.9    a CPU cut of the verifiers
-  levee storm -trigger kill:budgetd-leader -mix levee:1
-  levee storm -grid                                   the whole grid (hours)
-  levee storm -ramp                                   0.2 C → 10 C → 0.2 C: any hysteresis?
-  levee storm -sim                                    the seed's fleet at C = 1,000/s, simulated
-  levee storm -fleet compose -faults                  the fault suite on the compose fleet (docs/faults.md)
-  levee storm -soak 30m                               30 minutes at 0.8 C: does any member grow?
-  levee storm -fleet target -target host:7700 -trigger spike -spike 3
+  levee-lab                                         the default experiment
+  levee-lab -trigger cpu -duration 20s -load 0.9    a CPU cut of the verifiers
+  levee-lab -trigger kill:budgetd-leader -mix levee:1
+  levee-lab -grid                                   the whole grid (hours)
+  levee-lab -ramp                                   0.2 C → 10 C → 0.2 C: any hysteresis?
+  levee-lab -sim                                    a 19 s failover at C = 1,000/s, simulated
+  levee-lab -fleet compose -faults                  the fault suite on the compose fleet (docs/faults.md)
+  levee-lab -soak 30m                               30 minutes at 0.8 C: does any member grow?
+  levee-lab -fleet target -target host:7700 -trigger spike -spike 3
 
 See docs/lab.md for every experiment and verdict.
 
 flags:
 `
 
-// stormCmd runs the lab.
-func stormCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "levee-lab:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// run runs the lab.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, verbose, err := parseStorm(args, stderr, nil)
 	if err != nil {
 		return err
@@ -52,7 +70,7 @@ func stormCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	cfg.Progress = stdout
-	cfg.Command = strings.Join(append([]string{"levee storm"}, reportedArgs(args)...), " ")
+	cfg.Command = strings.Join(append([]string{"levee-lab"}, reportedArgs(args)...), " ")
 	if cfg.Source == storm.Local && cfg.Local.Bin.Dir == "" {
 		bin, err := stormBinaries(ctx, stderr)
 		if err != nil {
@@ -93,7 +111,7 @@ func stormCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // leaves the binaries to find when -bin is not given.
 func parseStorm(args []string, stderr io.Writer, lookup func(string) (string, bool)) (storm.Config, bool, error) {
 	cfg := storm.DefaultConfig()
-	fs := flag.NewFlagSet("levee storm", flag.ContinueOnError)
+	fs := flag.NewFlagSet("levee-lab", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, stormUsage)
@@ -267,7 +285,7 @@ func reportedArgs(args []string) []string {
 
 // stormBinaries finds the fleet's programs next to this one (an install of
 // every command, the container image), or builds them from the source tree
-// holding the working directory (go run ./cmd/levee storm).
+// holding the working directory (go run ./cmd/levee-lab in the lab module).
 func stormBinaries(ctx context.Context, stderr io.Writer) (storm.Binaries, error) {
 	if exe, err := os.Executable(); err == nil {
 		if b := (storm.Binaries{Dir: filepath.Dir(exe)}); b.Check() == nil {
@@ -281,7 +299,7 @@ func stormBinaries(ctx context.Context, stderr io.Writer) (storm.Binaries, error
 	root := storm.ModuleRoot(wd)
 	if root == "" {
 		return storm.Binaries{}, errors.New("storm: no verifier, gateway and budgetd next to this program and no Levee source tree here: " +
-			"give -bin DIR, or run from the source tree (go run ./cmd/levee storm)")
+			"give -bin DIR, or run from the source tree (go -C lab run ./cmd/levee-lab)")
 	}
 	cache, err := os.UserCacheDir()
 	if err != nil {

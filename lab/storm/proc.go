@@ -314,14 +314,17 @@ func BuildBinaries(ctx context.Context, root, dir string) (Binaries, error) {
 }
 
 // ModuleRoot finds the Levee source tree holding dir (its go.mod names
-// module github.com/leveehq/levee), walking up; "" when dir is not in one.
+// module github.com/leveehq/levee), walking up past the lab's own module;
+// "" when dir is not in one.
 func ModuleRoot(dir string) string {
 	for d := dir; ; {
 		if data, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil {
-			if hasModuleLine(string(data), "github.com/leveehq/levee") {
+			switch {
+			case hasModuleLine(string(data), "github.com/leveehq/levee"):
 				return d
+			case !hasModuleLine(string(data), "github.com/leveehq/levee/lab"):
+				return ""
 			}
-			return ""
 		}
 		parent := filepath.Dir(d)
 		if parent == d {

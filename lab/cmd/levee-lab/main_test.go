@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/leveehq/levee/pkg/callmeta"
-	"github.com/leveehq/levee/pkg/storm"
+	"github.com/leveehq/levee/lab/storm"
 )
 
 func noEnv(string) (string, bool) { return "", false }
@@ -57,14 +57,14 @@ func TestParseStorm(t *testing.T) {
 	}
 }
 
-// TestStormSim runs `levee storm -sim` end to end: no fleet is started, the
+// TestStormSim runs `levee-lab -sim` end to end: no fleet is started, the
 // report is written.
 func TestStormSim(t *testing.T) {
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := run(ctx, []string{"storm", "-sim", "-sim-after", "5s", "-out", out}, &stdout, &stderr); err != nil {
+	if err := run(ctx, []string{"-sim", "-sim-after", "5s", "-out", out}, &stdout, &stderr); err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}
 	if !strings.Contains(stdout.String(), "sim-plain-none") || !strings.Contains(stdout.String(), "STUCK") {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leveehq/levee/lab/drive"
 	"github.com/leveehq/levee/pkg/verify"
 )
 
@@ -135,7 +136,7 @@ func newRequest(params verify.Params) (request, error) {
 // runExperiment runs e against f at capacity (C, logical requests per
 // second) with the clients, and judges it. The trigger is undone before it
 // returns, whatever happened.
-func runExperiment(ctx context.Context, f *Fleet, clients Clients, q request, capacity Capacity, e Experiment, log *slog.Logger) (*Result, error) {
+func runExperiment(ctx context.Context, f *drive.Fleet, clients Clients, q request, capacity Capacity, e Experiment, log *slog.Logger) (*Result, error) {
 	if err := e.Validate(); err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leveehq/levee/lab/drive"
 	"github.com/leveehq/levee/pkg/budget"
 	"github.com/leveehq/levee/pkg/ledger"
 )
@@ -241,43 +242,43 @@ func runFaults(ctx context.Context, cfg Config, q request) (_ []FaultResult, err
 }
 
 // startFleet starts the named fleet from cfg's source.
-func startFleet(ctx context.Context, cfg Config, name string) (*Fleet, error) {
+func startFleet(ctx context.Context, cfg Config, name string) (*drive.Fleet, error) {
 	switch cfg.Source {
 	case Local:
-		return StartLocal(ctx, cfg.Local, name == "control")
+		return drive.StartLocal(ctx, cfg.Local, name == "control")
 	case Compose:
 		if cfg.Compose.Logger == nil {
 			cfg.Compose.Logger = cfg.Logger
 		}
-		return StartCompose(ctx, cfg.Compose, name == "control")
+		return drive.StartCompose(ctx, cfg.Compose, name == "control")
 	}
-	return targetFleet(cfg.Target, cfg.TargetMetrics), nil
+	return drive.Target(cfg.Target, cfg.TargetMetrics), nil
 }
 
 // leaderProbe asks budgetd who leads every 100 ms.
 type leaderProbe struct {
-	f  *Fleet
+	f  *drive.Fleet
 	mu sync.Mutex
 	at []time.Time
 	ls []string
 }
 
-func newLeaderProbe(f *Fleet) *leaderProbe { return &leaderProbe{f: f} }
+func newLeaderProbe(f *drive.Fleet) *leaderProbe { return &leaderProbe{f: f} }
 
 func (p *leaderProbe) run(ctx context.Context) {
-	if len(p.f.byRole(RoleBudgetd)) == 0 {
+	if len(p.f.ByRole(drive.RoleBudgetd)) == 0 {
 		return
 	}
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
-	replicas := p.f.byRole(RoleBudgetd)
+	replicas := p.f.ByRole(drive.RoleBudgetd)
 	first := 0 // the replica that answered last is asked first: a killed one costs a timeout per poll
 	for {
 		leader := ""
 		for i := range replicas {
 			j := (first + i) % len(replicas)
 			qctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			l, err := leaderOf(qctx, replicas[j].Addr, p.f.TLS)
+			l, err := p.f.LeaderOf(qctx, replicas[j].Addr)
 			cancel()
 			if err == nil {
 				leader, first = l, j

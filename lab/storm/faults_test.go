@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leveehq/levee/lab/drive"
 )
 
 // TestFaultSuiteOnCompose is the fault suite's short version (docs/faults.md
@@ -40,7 +42,7 @@ func TestFaultSuiteOnCompose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := ModuleRoot(wd)
+	root := drive.ModuleRoot(wd)
 	build := exec.CommandContext(ctx, filepath.Join(root, "scripts", "docker-build.sh"))
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
@@ -60,8 +62,8 @@ func TestFaultSuiteOnCompose(t *testing.T) {
 	t.Cleanup(func() {
 		dctx, dcancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer dcancel()
-		c := ComposeConfig{Root: root, Project: project}
-		if out, err := c.compose(dctx, true, "down", "-v", "--remove-orphans"); err != nil {
+		c := drive.ComposeConfig{Root: root, Project: project}
+		if out, err := c.Down(dctx); err != nil {
 			t.Errorf("removing the test's compose fleet: %v\n%s", err, out)
 		}
 	})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leveehq/levee/internal/promscrape"
+	"github.com/leveehq/levee/lab/drive"
 	"github.com/leveehq/levee/pkg/wellknown"
 )
 
@@ -109,7 +110,7 @@ func quantile(q float64, cum map[float64]float64) float64 {
 // per-second columns: gauges as read, counters as the change since the last
 // read, histograms as quantiles of the change.
 type scraper struct {
-	f    *Fleet
+	f    *drive.Fleet
 	keys []string // budget keys to show the tokens of
 
 	prev     map[string]map[string]float64             // member → counter → last value
@@ -119,23 +120,23 @@ type scraper struct {
 	prevHost [2]float64 // /proc/stat busy and total jiffies
 }
 
-func newScraper(f *Fleet, keys []string) *scraper {
+func newScraper(f *drive.Fleet, keys []string) *scraper {
 	return &scraper{f: f, keys: keys, prev: map[string]map[string]float64{},
 		prevHist: map[string]map[string]map[float64]float64{}}
 }
 
 // prefix is a member's short column prefix: gw, v1, b2, e1.
-func prefix(m *Member) string {
+func prefix(m *drive.Member) string {
 	n := m.Name[strings.LastIndexByte(m.Name, '-')+1:]
 	switch m.Role {
-	case RoleGateway:
+	case drive.RoleGateway:
 		if n == "1" {
 			return "gw"
 		}
 		return "gw" + n
-	case RoleVerifier:
+	case drive.RoleVerifier:
 		return "v" + n
-	case RoleBudgetd:
+	case drive.RoleBudgetd:
 		return "b" + n
 	}
 	return "e" + n
@@ -187,7 +188,7 @@ func (sc *scraper) histDelta(member, key string, cum map[float64]float64) map[fl
 // columns of the second just ended.
 func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]float64 {
 	type page struct {
-		m   *Member
+		m   *drive.Member
 		mfs promscrape.Families
 	}
 	var mu sync.Mutex
@@ -210,13 +211,13 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 		}()
 	}
 	tokens := map[string]float64{}
-	if bs := sc.f.byRole(RoleBudgetd); len(bs) > 0 && len(sc.keys) > 0 {
+	if bs := sc.f.ByRole(drive.RoleBudgetd); len(bs) > 0 && len(sc.keys) > 0 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for _, b := range bs {
 				cctx, cancel := context.WithTimeout(ctx, timeout)
-				resp, err := budgetdStatus(cctx, b.Addr, sc.f.TLS)
+				resp, err := sc.f.BudgetdStatus(cctx, b.Addr)
 				cancel()
 				if err != nil {
 					continue
@@ -254,8 +255,7 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 	// A local process's resident memory and open files, read from /proc:
 	// every member has them, metrics or not (the lab's etcd has none).
 	for _, m := range sc.f.Members {
-		if p, ok := m.ctl.(*proc); ok {
-			pid := p.pid()
+		if pid := m.PID(); pid > 0 {
 			if rss, fds, ok := procUsage(pid); ok {
 				out[prefix(m)+"_rss_mb"], out[prefix(m)+"_fds"] = rss, fds
 				out[prefix(m)+"_pid"] = float64(pid) // a restart would hide growth
@@ -290,7 +290,7 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 			set(pre+"_start", sumOf(mfs, wellknown.MetricProcessStartTime, nil))
 		}
 		switch p.m.Role {
-		case RoleGateway:
+		case drive.RoleGateway:
 			set(pre+"_limit", sumOf(mfs, wellknown.MetricGatewayLimit, nil))
 			set(pre+"_inflight", sumOf(mfs, wellknown.MetricGatewayInflight, nil))
 			set(pre+"_admitted", sc.delta(name, "admitted", sumOf(mfs, wellknown.MetricGatewayAdmitted, nil)))
@@ -311,7 +311,7 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 				set(pre+"_budget_tokens", sumOf(mfs, wellknown.MetricBudgetTokens, nil))
 				set(pre+"_budget_tokens_fallback", sumOf(mfs, wellknown.MetricBudgetTokens, map[string]string{"source": "fallback"}))
 			}
-		case RoleVerifier:
+		case drive.RoleVerifier:
 			anyVerifier = true
 			set(pre+"_expected_ms", 1000*sumOf(mfs, wellknown.MetricVerifierExpectedService, nil))
 			set(pre+"_queue", sumOf(mfs, wellknown.MetricVerifierQueueLength, nil))
@@ -330,7 +330,7 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 			for b, c := range sc.histDelta(name, "queue_wait", buckets(mfs, wellknown.MetricVerifierQueueWait)) {
 				queue[b] += c
 			}
-		case RoleBudgetd:
+		case drive.RoleBudgetd:
 			set(pre+"_leader", sumOf(mfs, wellknown.MetricBudgetdIsLeader, nil))
 		}
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/leveehq/levee/lab/drive"
 )
 
 func TestQuantile(t *testing.T) {
@@ -40,7 +42,7 @@ func TestScraperTurnsCountersIntoRates(t *testing.T) {
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	defer srv.Close()
 
-	f := &Fleet{Name: "levee", Members: []*Member{{Name: "verifier-1", Role: RoleVerifier, Metrics: srv.URL}}}
+	f := &drive.Fleet{Name: "levee", Members: []*drive.Member{{Name: "verifier-1", Role: drive.RoleVerifier, Metrics: srv.URL}}}
 	sc := newScraper(f, nil)
 	late.Add(5)
 	attempts.Add(100)

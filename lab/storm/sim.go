@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/leveehq/levee/lab/drive"
 	"github.com/leveehq/levee/pkg/admission"
 	"github.com/leveehq/levee/pkg/breaker"
 	"github.com/leveehq/levee/pkg/callmeta"
@@ -665,7 +666,7 @@ func (s *sim) stall(d time.Duration) {
 // simLike is the simulation of a real run: the same fleet shape, capacity,
 // load, clients and trigger, in virtual time. Only naive clients are
 // modelled, so a run of another mix is simulated as if it were naive.
-func simLike(r *Result, local LocalConfig, clients Clients) (SimConfig, bool) {
+func simLike(r *Result, local drive.LocalConfig, clients Clients) (SimConfig, bool) {
 	e := r.Experiment
 	c := SimConfig{
 		Verifiers: local.Verifiers, Workers: local.Workers, Jitter: 0.1,

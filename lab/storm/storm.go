@@ -38,6 +38,8 @@ import (
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/leveehq/levee/lab/drive"
 )
 
 // Mode is what Run does.
@@ -68,9 +70,9 @@ type Source string
 
 // The sources.
 const (
-	// Local starts the fleets as processes on this machine (StartLocal).
+	// Local starts the fleets as processes on this machine (drive.StartLocal).
 	Local Source = "local"
-	// Compose runs the fleet of docker-compose.yml (StartCompose).
+	// Compose runs the fleet of docker-compose.yml (drive.StartCompose).
 	Compose Source = "compose"
 	// Target calls a running Verify service; triggers can only spike it.
 	Target Source = "target"
@@ -88,8 +90,8 @@ type Config struct {
 	Target        string
 	TargetMetrics []string
 
-	Local      LocalConfig
-	Compose    ComposeConfig
+	Local      drive.LocalConfig
+	Compose    drive.ComposeConfig
 	Clients    Clients
 	Capacity   CapacityConfig
 	Experiment Experiment
@@ -119,7 +121,7 @@ func DefaultConfig() Config {
 		Mode:       Single,
 		Source:     Local,
 		Fleets:     []string{"levee", "control"},
-		Local:      DefaultLocal(),
+		Local:      drive.DefaultLocal(),
 		Clients:    DefaultClients(),
 		Capacity:   DefaultCapacity(),
 		Experiment: DefaultExperiment(),
@@ -316,15 +318,6 @@ func runOne(ctx context.Context, cfg Config, name string, q request, e Experimen
 		return nil, err
 	}
 	return runExperiment(ctx, f, cfg.Clients, q, capacity, e, cfg.Logger)
-}
-
-// targetFleet is a running Verify service the lab only calls.
-func targetFleet(addr string, metrics []string) *Fleet {
-	f := &Fleet{Name: "target", Target: addr}
-	for i, u := range metrics {
-		f.Members = append(f.Members, &Member{Name: fmt.Sprintf("target-%d", i+1), Role: RoleGateway, Metrics: u})
-	}
-	return f
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

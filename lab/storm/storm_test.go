@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leveehq/levee/internal/testlock"
+	"github.com/leveehq/levee/lab/drive"
 )
 
 func TestMain(m *testing.M) {
@@ -28,17 +29,17 @@ func quietLogger() *slog.Logger {
 }
 
 // buildBinaries builds the fleet's programs from this source tree.
-func buildBinaries(ctx context.Context, t *testing.T) Binaries {
+func buildBinaries(ctx context.Context, t *testing.T) drive.Binaries {
 	t.Helper()
 	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := ModuleRoot(wd)
+	root := drive.ModuleRoot(wd)
 	if root == "" {
 		t.Fatalf("no Levee source tree above %s", wd)
 	}
-	bin, err := BuildBinaries(ctx, root, filepath.Join(t.TempDir(), "bin"))
+	bin, err := drive.BuildBinaries(ctx, root, filepath.Join(t.TempDir(), "bin"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,10 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc"
-
-	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
-	"github.com/leveehq/levee/pkg/mtls"
+	"github.com/leveehq/levee/lab/drive"
 )
 
 // TriggerKind is what a trigger does to the fleet for its duration.
@@ -55,7 +52,7 @@ var triggerKinds = []TriggerKind{None, Stop, Kill, CPU, Knob, Spike, Restart, Pa
 // Trigger is one fault, applied for Duration once the baseline is over.
 type Trigger struct {
 	Kind TriggerKind
-	// Targets selects the members it acts on (Fleet.Select): by default
+	// Targets selects the members it acts on (drive.Fleet.Select): by default
 	// "verifiers", the fleet's capacity.
 	Targets  string
 	Duration time.Duration
@@ -158,7 +155,7 @@ func (t Trigger) loadFactor() float64 {
 // be called, with a context of its own, even when the experiment is cut
 // short: a fleet left paused or throttled poisons the next run. On error
 // begin undoes what it had done.
-func (t Trigger) begin(ctx context.Context, f *Fleet) (undo func(context.Context) error, err error) {
+func (t Trigger) begin(ctx context.Context, f *drive.Fleet) (undo func(context.Context) error, err error) {
 	nothing := func(context.Context) error { return nil }
 	if t.Kind == None || t.Kind == Spike || t.Kind == RampLoad {
 		return nothing, nil
@@ -168,7 +165,7 @@ func (t Trigger) begin(ctx context.Context, f *Fleet) (undo func(context.Context
 		return nil, err
 	}
 	if t.Kind == Restart {
-		return t.rollingRestart(ctx, targets)
+		return drive.RollingRestart(ctx, targets)
 	}
 	var undos []func(context.Context) error
 	undoAll := func(ctx context.Context) error {
@@ -184,112 +181,37 @@ func (t Trigger) begin(ctx context.Context, f *Fleet) (undo func(context.Context
 		}
 	}()
 	for _, m := range targets {
-		if t.Kind == Knob {
-			if m.Role != RoleVerifier {
-				return nil, fmt.Errorf("storm: the capacity knob is a verifier's; %s is a %s", m.Name, m.Role)
-			}
-			if err := setKnob(ctx, m.Addr, f.TLS, t.WorkerFraction, t.Slowdown, t.Duration); err != nil {
+		switch t.Kind {
+		case Knob:
+			if err := f.SetKnob(ctx, m, t.WorkerFraction, t.Slowdown, t.Duration); err != nil {
 				return nil, fmt.Errorf("storm: capacity knob of %s: %w", m.Name, err)
 			}
-			undos = append(undos, func(ctx context.Context) error { return setKnob(ctx, m.Addr, f.TLS, 1, 1, 0) })
-			continue
-		}
-		ctl, err := m.control()
-		if err != nil {
-			return nil, err
-		}
-		switch t.Kind {
+			undos = append(undos, func(ctx context.Context) error { return f.SetKnob(ctx, m, 1, 1, 0) })
 		case Stop:
-			if err := ctl.pause(); err != nil {
+			if err := m.Pause(); err != nil {
 				return nil, err
 			}
-			undos = append(undos, func(context.Context) error { return ctl.resume() })
+			undos = append(undos, func(context.Context) error { return m.Resume() })
 		case Kill:
-			if err := ctl.kill(); err != nil {
+			if err := m.Kill(); err != nil {
 				return nil, err
 			}
-			undos = append(undos, ctl.restart)
+			undos = append(undos, m.Restart)
 		case CPU:
-			if err := ctl.limitCPU(t.CPU); err != nil {
+			if err := m.LimitCPU(t.CPU); err != nil {
 				return nil, err
 			}
-			undos = append(undos, func(context.Context) error { return ctl.limitCPU(0) })
+			undos = append(undos, func(context.Context) error { return m.LimitCPU(0) })
 		case Partition:
-			var peers []controller
-			for _, b := range f.byRole(RoleBudgetd) {
-				pc, err := b.control()
-				if err != nil {
-					return nil, err
-				}
-				peers = append(peers, pc)
-			}
+			peers := f.ByRole(drive.RoleBudgetd)
 			if len(peers) == 0 {
 				return nil, fmt.Errorf("storm: the %s fleet has no budgetd to cut %s off from", f.Name, m.Name)
 			}
-			if err := ctl.partition(peers); err != nil {
+			if err := m.Partition(peers); err != nil {
 				return nil, err
 			}
-			undos = append(undos, func(context.Context) error { return ctl.heal() })
+			undos = append(undos, func(context.Context) error { return m.Heal() })
 		}
 	}
 	return undoAll, nil
-}
-
-// rollingRestart restarts targets one at a time in the background and
-// returns the undo that waits for the round to end (it cannot be taken back:
-// a member half way through is brought up, not left down).
-func (t Trigger) rollingRestart(ctx context.Context, targets []*Member) (func(context.Context) error, error) {
-	var ctls []controller
-	for _, m := range targets {
-		ctl, err := m.control()
-		if err != nil {
-			return nil, err
-		}
-		ctls = append(ctls, ctl)
-	}
-	done := make(chan error, 1)
-	go func() {
-		// One at a time, and not one more after a member that did not come
-		// back: a rolling restart that carries on takes the fleet down.
-		for i, ctl := range ctls {
-			if err := ctl.drain(ctx); err != nil {
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-				err = errors.Join(err, ctl.restart(rctx)) // bring it back whatever state it is in
-				cancel()
-				done <- fmt.Errorf("storm: stopping %s: %w", targets[i].Name, err)
-				return
-			}
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-			err := ctl.restart(rctx)
-			cancel()
-			if err != nil {
-				done <- fmt.Errorf("storm: starting %s: %w", targets[i].Name, err)
-				return
-			}
-		}
-		done <- nil
-	}()
-	return func(ctx context.Context) error {
-		select {
-		case err := <-done:
-			return err
-		case <-ctx.Done():
-			return fmt.Errorf("storm: the rolling restart did not end in time: %w", ctx.Err())
-		}
-	}, nil
-}
-
-// setKnob sets a verifier's capacity knob; a duration makes the verifier
-// restore full capacity by itself when it elapses, should the lab die first.
-func setKnob(ctx context.Context, addr string, id *mtls.Source, fraction, slowdown float64, d time.Duration) error {
-	cc, err := grpc.NewClient(addr, id.DialOption(""))
-	if err != nil {
-		return err
-	}
-	defer cc.Close()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	_, err = verifyv1.NewVerifierAdminServiceClient(cc).SetCapacity(ctx, &verifyv1.SetCapacityRequest{
-		WorkerFraction: fraction, Slowdown: slowdown, DurationMs: d.Milliseconds()})
-	return err
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/leveehq/levee/internal/flagenv"
+	"github.com/leveehq/levee/lab/drive"
 	"github.com/leveehq/levee/lab/storm"
 )
 
@@ -203,14 +204,14 @@ func parseStorm(args []string, stderr io.Writer, lookup func(string) (string, bo
 		return cfg, false, errors.New("storm: a hash parameter is out of range")
 	}
 	cfg.Local.Params.Memory, cfg.Local.Params.Iterations, cfg.Local.Params.Parallelism = uint32(*hm), uint32(*ht), uint8(*hp)
-	cfg.Local.Bin = storm.Binaries{Dir: *bin}
+	cfg.Local.Bin = drive.Binaries{Dir: *bin}
 	if cfg.Local.Dir == "" {
 		cfg.Local.Dir = filepath.Join(cfg.Out, "fleet")
 	}
 	cfg.Source = storm.Source(*source)
 	if cfg.Source == storm.Compose && cfg.Compose.Root == "" {
 		if wd, err := os.Getwd(); err == nil {
-			cfg.Compose.Root = storm.ModuleRoot(wd)
+			cfg.Compose.Root = drive.ModuleRoot(wd)
 		}
 	}
 	cfg.Fleets = flagenv.List(*fleets)
@@ -286,19 +287,19 @@ func reportedArgs(args []string) []string {
 // stormBinaries finds the fleet's programs next to this one (an install of
 // every command, the container image), or builds them from the source tree
 // holding the working directory (go run ./cmd/levee-lab in the lab module).
-func stormBinaries(ctx context.Context, stderr io.Writer) (storm.Binaries, error) {
+func stormBinaries(ctx context.Context, stderr io.Writer) (drive.Binaries, error) {
 	if exe, err := os.Executable(); err == nil {
-		if b := (storm.Binaries{Dir: filepath.Dir(exe)}); b.Check() == nil {
+		if b := (drive.Binaries{Dir: filepath.Dir(exe)}); b.Check() == nil {
 			return b, nil
 		}
 	}
 	wd, err := os.Getwd()
 	if err != nil {
-		return storm.Binaries{}, err
+		return drive.Binaries{}, err
 	}
-	root := storm.ModuleRoot(wd)
+	root := drive.ModuleRoot(wd)
 	if root == "" {
-		return storm.Binaries{}, errors.New("storm: no verifier, gateway and budgetd next to this program and no Levee source tree here: " +
+		return drive.Binaries{}, errors.New("storm: no verifier, gateway and budgetd next to this program and no Levee source tree here: " +
 			"give -bin DIR, or run from the source tree (go -C lab run ./cmd/levee-lab)")
 	}
 	cache, err := os.UserCacheDir()
@@ -307,7 +308,7 @@ func stormBinaries(ctx context.Context, stderr io.Writer) (storm.Binaries, error
 	}
 	dir := filepath.Join(cache, "levee", "storm-bin")
 	fmt.Fprintf(stderr, "building the fleet's binaries into %s ...\n", dir)
-	return storm.BuildBinaries(ctx, root, dir)
+	return drive.BuildBinaries(ctx, root, dir)
 }
 
 func btoi(b bool) int {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/lab/storm"
+	"github.com/leveehq/levee/pkg/callmeta"
 )
 
 func noEnv(string) (string, bool) { return "", false }

@@ -1,4 +1,4 @@
-package storm
+package drive
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/leveehq/levee/internal/promscrape"
 	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/verify"
 	"github.com/leveehq/levee/pkg/wellknown"
@@ -54,9 +55,9 @@ type LocalConfig struct {
 	Logger *slog.Logger
 }
 
-// DefaultLocal is the fleet: 2 verifiers of 1 worker, 2 budgetd
-// replicas on one embedded etcd, a gateway, all with default flags, and
-// hashes at m = 1 MiB, t = 8, p = 1.
+// DefaultLocal is the lab's standard fleet: 2 verifiers of 1 worker, 2
+// budgetd replicas on one embedded etcd, a gateway, all with default flags,
+// and hashes at m = 1 MiB, t = 8, p = 1.
 func DefaultLocal() LocalConfig {
 	return LocalConfig{
 		Verifiers:    2,
@@ -71,22 +72,22 @@ func DefaultLocal() LocalConfig {
 func (c LocalConfig) Validate() error {
 	var errs []error
 	if c.Dir == "" {
-		errs = append(errs, errors.New("storm: local fleet needs a directory for logs and data"))
+		errs = append(errs, errors.New("drive: local fleet needs a directory for logs and data"))
 	}
 	if c.Verifiers < 1 || c.Verifiers > 64 {
-		errs = append(errs, fmt.Errorf("storm: verifiers must be in [1, 64], got %d", c.Verifiers))
+		errs = append(errs, fmt.Errorf("drive: verifiers must be in [1, 64], got %d", c.Verifiers))
 	}
 	if c.Workers < 1 || c.Workers > 256 {
-		errs = append(errs, fmt.Errorf("storm: workers must be in [1, 256], got %d", c.Workers))
+		errs = append(errs, fmt.Errorf("drive: workers must be in [1, 256], got %d", c.Workers))
 	}
 	if c.Budgetds < 1 || c.Budgetds > 5 {
-		errs = append(errs, fmt.Errorf("storm: budgetd replicas must be in [1, 5], got %d", c.Budgetds))
+		errs = append(errs, fmt.Errorf("drive: budgetd replicas must be in [1, 5], got %d", c.Budgetds))
 	}
 	if err := (verify.Policy{Params: c.Params, SaltLen: 16, KeyLen: 32}).Validate(verify.DefaultLimits()); err != nil {
-		errs = append(errs, fmt.Errorf("storm: hash parameters: %w", err))
+		errs = append(errs, fmt.Errorf("drive: hash parameters: %w", err))
 	}
 	if c.StartTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("storm: start timeout must be positive, got %v", c.StartTimeout))
+		errs = append(errs, fmt.Errorf("drive: start timeout must be positive, got %v", c.StartTimeout))
 	}
 	return errors.Join(errs...)
 }
@@ -112,7 +113,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig, unguarded bool) (_ *Fleet,
 	}
 	dir, err := os.MkdirTemp(cfg.Dir, name+"-")
 	if err != nil {
-		return nil, fmt.Errorf("storm: %w", err)
+		return nil, fmt.Errorf("drive: %w", err)
 	}
 	f := &Fleet{Name: name}
 	var procs []*proc
@@ -153,10 +154,10 @@ func StartLocal(ctx context.Context, cfg LocalConfig, unguarded bool) (_ *Fleet,
 	if !unguarded && !cfg.Insecure {
 		certs := filepath.Join(dir, "certs")
 		if err := mtls.WriteDevelopmentSet(mtls.DevelopmentSet{Dir: certs, ValidFor: 7 * 24 * time.Hour}, time.Now()); err != nil {
-			return nil, fmt.Errorf("storm: %w", err)
+			return nil, fmt.Errorf("drive: %w", err)
 		}
 		if f.TLS, err = (mtls.Settings{Dir: certs}).Load(mtls.IdentityAdmin, mtls.Options{}); err != nil {
-			return nil, fmt.Errorf("storm: %w", err)
+			return nil, fmt.Errorf("drive: %w", err)
 		}
 		security, scheme = []string{flag(wellknown.FlagTLSDir), certs}, "https://"
 		etcdAuth = []string{flag(wellknown.FlagEtcdAuth)}
@@ -242,7 +243,7 @@ func flag(name string) string { return "-" + name }
 func freeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", fmt.Errorf("storm: no free port: %w", err)
+		return "", fmt.Errorf("drive: no free port: %w", err)
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
@@ -299,11 +300,11 @@ func gatewaySees(addr, metricsURL string, n int, id *mtls.Source) func(context.C
 			return err
 		}
 		return poll(ctx, func(ctx context.Context) error {
-			mfs, err := fetchMetrics(ctx, metricsURL)
+			mfs, err := promscrape.Fetch(ctx, metricsURL)
 			if err != nil {
 				return err
 			}
-			if got := sumOf(mfs, wellknown.MetricGatewayVerifierServing, nil); got != float64(n) {
+			if got := mfs.Sum(wellknown.MetricGatewayVerifierServing, nil); got != float64(n) {
 				return fmt.Errorf("gateway sees %v verifiers serving, want %d", got, n)
 			}
 			return nil

@@ -1,4 +1,4 @@
-package storm
+package drive
 
 import (
 	"bufio"
@@ -128,7 +128,7 @@ func (c *cpuCut) set(cores float64) error {
 // remove deletes the cgroup; it must be empty (its processes exited).
 func (c *cpuCut) remove() error {
 	if err := os.Remove(c.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("storm: removing cgroup %s: %w", c.dir, err)
+		return fmt.Errorf("drive: removing cgroup %s: %w", c.dir, err)
 	}
 	return nil
 }

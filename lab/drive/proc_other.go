@@ -1,6 +1,6 @@
 //go:build !linux
 
-package storm
+package drive
 
 import "syscall"
 

@@ -1,4 +1,4 @@
-package storm
+package drive
 
 import (
 	"context"
@@ -39,12 +39,12 @@ func (p *proc) start(ctx context.Context) error {
 	p.mu.Lock()
 	if p.stopped {
 		p.mu.Unlock()
-		return fmt.Errorf("storm: %s: stopped", p.name)
+		return fmt.Errorf("drive: %s: stopped", p.name)
 	}
 	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		p.mu.Unlock()
-		return fmt.Errorf("storm: %s: log: %w", p.name, err)
+		return fmt.Errorf("drive: %s: log: %w", p.name, err)
 	}
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -52,7 +52,7 @@ func (p *proc) start(ctx context.Context) error {
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		p.mu.Unlock()
-		return fmt.Errorf("storm: start %s: %w", p.name, err)
+		return fmt.Errorf("drive: start %s: %w", p.name, err)
 	}
 	done := make(chan struct{})
 	p.cmd, p.done, p.paused = cmd, done, false
@@ -75,10 +75,10 @@ func (p *proc) start(ctx context.Context) error {
 	if err := p.ready(rctx); err != nil {
 		select {
 		case <-done:
-			return fmt.Errorf("storm: %s exited during start (%v); its log ends:\n%s", p.name, cmd.ProcessState, tail(p.logPath, 2000))
+			return fmt.Errorf("drive: %s exited during start (%v); its log ends:\n%s", p.name, cmd.ProcessState, tail(p.logPath, 2000))
 		default:
 		}
-		return fmt.Errorf("storm: %s not ready: %w; its log ends:\n%s", p.name, err, tail(p.logPath, 2000))
+		return fmt.Errorf("drive: %s not ready: %w; its log ends:\n%s", p.name, err, tail(p.logPath, 2000))
 	}
 	return nil
 }
@@ -91,15 +91,15 @@ func (p *proc) signal(sig syscall.Signal) error {
 
 func (p *proc) signalLocked(sig syscall.Signal) error {
 	if p.cmd == nil || p.cmd.Process == nil {
-		return fmt.Errorf("storm: %s is not running", p.name)
+		return fmt.Errorf("drive: %s is not running", p.name)
 	}
 	select {
 	case <-p.done:
-		return fmt.Errorf("storm: %s has exited", p.name)
+		return fmt.Errorf("drive: %s has exited", p.name)
 	default:
 	}
 	if err := p.cmd.Process.Signal(sig); err != nil {
-		return fmt.Errorf("storm: signal %s: %w", p.name, err)
+		return fmt.Errorf("drive: signal %s: %w", p.name, err)
 	}
 	switch sig {
 	case syscall.SIGSTOP:
@@ -177,11 +177,11 @@ func (p *proc) drain(ctx context.Context) error {
 	case <-ctx.Done():
 	case <-t.C:
 	}
-	return errors.Join(fmt.Errorf("storm: %s did not exit after SIGTERM", p.name), p.kill())
+	return errors.Join(fmt.Errorf("drive: %s did not exit after SIGTERM", p.name), p.kill())
 }
 
 // errLocalPartition: a local process shares the lab's network namespace.
-var errLocalPartition = errors.New("storm: partitions need the compose fleet (-fleet compose): local processes share one network")
+var errLocalPartition = errors.New("drive: partitions need the compose fleet (-fleet compose): local processes share one network")
 
 func (p *proc) partition([]controller) error { return errLocalPartition }
 func (p *proc) heal() error                  { return nil }
@@ -192,7 +192,7 @@ func (p *proc) limitCPU(cores float64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd == nil || p.cmd.Process == nil {
-		return fmt.Errorf("storm: %s is not running", p.name)
+		return fmt.Errorf("drive: %s is not running", p.name)
 	}
 	if p.cut == nil {
 		if cores == 0 {
@@ -200,18 +200,18 @@ func (p *proc) limitCPU(cores float64) error {
 		}
 		cut, err := newCPUCut(fmt.Sprintf("levee-storm-%d-%s", os.Getpid(), p.name))
 		if err != nil {
-			return fmt.Errorf("storm: CPU cut of %s: %w", p.name, err)
+			return fmt.Errorf("drive: CPU cut of %s: %w", p.name, err)
 		}
 		p.cut = cut
 	}
 	if pid := p.cmd.Process.Pid; p.cutPID != pid {
 		if err := p.cut.add(pid); err != nil {
-			return fmt.Errorf("storm: CPU cut of %s: %w", p.name, err)
+			return fmt.Errorf("drive: CPU cut of %s: %w", p.name, err)
 		}
 		p.cutPID = pid
 	}
 	if err := p.cut.set(cores); err != nil {
-		return fmt.Errorf("storm: CPU cut of %s: %w", p.name, err)
+		return fmt.Errorf("drive: CPU cut of %s: %w", p.name, err)
 	}
 	return nil
 }
@@ -288,7 +288,7 @@ func (b Binaries) Check() error {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("storm: binaries in %q: %w", b.Dir, err)
+		return fmt.Errorf("drive: binaries in %q: %w", b.Dir, err)
 	}
 	return nil
 }
@@ -298,7 +298,7 @@ func (b Binaries) Check() error {
 // reuses its cache: the first build takes a minute, later ones seconds.
 func BuildBinaries(ctx context.Context, root, dir string) (Binaries, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return Binaries{}, fmt.Errorf("storm: %w", err)
+		return Binaries{}, fmt.Errorf("drive: %w", err)
 	}
 	args := []string{"build", "-o", dir + string(filepath.Separator)}
 	for _, n := range binaryNames {
@@ -307,7 +307,7 @@ func BuildBinaries(ctx context.Context, root, dir string) (Binaries, error) {
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return Binaries{}, fmt.Errorf("storm: go build in %s: %w\n%s", root, err, out)
+		return Binaries{}, fmt.Errorf("drive: go build in %s: %w\n%s", root, err, out)
 	}
 	b := Binaries{Dir: dir}
 	return b, b.Check()

@@ -1,4 +1,4 @@
-package storm
+package drive
 
 import (
 	"bytes"
@@ -76,16 +76,22 @@ func (c ComposeConfig) compose(ctx context.Context, unguarded bool, args ...stri
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("storm: %s %s: %w\n%s", name, strings.Join(args, " "), err, out.String())
+		return out.String(), fmt.Errorf("drive: %s %s: %w\n%s", name, strings.Join(args, " "), err, out.String())
 	}
 	return out.String(), nil
+}
+
+// Down removes the compose fleet, the control's services and volumes
+// included.
+func (c ComposeConfig) Down(ctx context.Context) (string, error) {
+	return c.compose(ctx, true, "down", "-v", "--remove-orphans")
 }
 
 // docker runs one docker command.
 func docker(ctx context.Context, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
 	if err != nil {
-		return string(out), fmt.Errorf("storm: docker %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+		return string(out), fmt.Errorf("drive: docker %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
 	}
 	return strings.TrimSpace(string(out)), nil
 }
@@ -105,7 +111,7 @@ func StartCompose(ctx context.Context, cfg ComposeConfig, unguarded bool) (*Flee
 		cfg.StartTimeout = 3 * time.Minute
 	}
 	if _, err := docker(ctx, "image", "inspect", "levee/levee:dev"); err != nil {
-		return nil, fmt.Errorf("storm: the compose fleet's image is missing; build it with scripts/docker-up.sh: %w", err)
+		return nil, fmt.Errorf("drive: the compose fleet's image is missing; build it with scripts/docker-up.sh: %w", err)
 	}
 	name := "levee"
 	if unguarded {
@@ -126,7 +132,7 @@ func StartCompose(ctx context.Context, cfg ComposeConfig, unguarded bool) (*Flee
 		id, err := cfg.compose(sctx, unguarded, "ps", "-q", service)
 		id = strings.TrimSpace(id)
 		if err == nil && id == "" {
-			err = fmt.Errorf("storm: compose service %s has no container", service)
+			err = fmt.Errorf("drive: compose service %s has no container", service)
 		}
 		return id, err
 	}
@@ -185,7 +191,7 @@ func StartCompose(ctx context.Context, cfg ComposeConfig, unguarded bool) (*Flee
 	for _, m := range f.Members {
 		if c := m.ctl.(*containerCtl); c.ready != nil {
 			if err := c.ready(sctx); err != nil {
-				return nil, fmt.Errorf("storm: compose %s not ready: %w", m.Name, err)
+				return nil, fmt.Errorf("drive: compose %s not ready: %w", m.Name, err)
 			}
 		}
 	}
@@ -206,7 +212,7 @@ func StartCompose(ctx context.Context, cfg ComposeConfig, unguarded bool) (*Flee
 // loads the admin identity, which the lab presents to the fleet.
 func composeAdmin(ctx context.Context, certsContainer, dir string) (*mtls.Source, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("storm: %w", err)
+		return nil, fmt.Errorf("drive: %w", err)
 	}
 	for _, f := range []string{"ca.crt", mtls.IdentityAdmin + ".crt", mtls.IdentityAdmin + ".key"} {
 		if _, err := docker(ctx, "cp", certsContainer+":/certs/"+f, filepath.Join(dir, f)); err != nil {
@@ -214,7 +220,7 @@ func composeAdmin(ctx context.Context, certsContainer, dir string) (*mtls.Source
 		}
 	}
 	if err := os.Chmod(filepath.Join(dir, mtls.IdentityAdmin+".key"), 0o600); err != nil {
-		return nil, fmt.Errorf("storm: %w", err)
+		return nil, fmt.Errorf("drive: %w", err)
 	}
 	return mtls.Settings{Dir: dir}.Load(mtls.IdentityAdmin, mtls.Options{})
 }
@@ -307,7 +313,7 @@ func (c *containerCtl) partition(peers []controller) error {
 		addrs = append(addrs, ips...)
 	}
 	if len(addrs) == 0 {
-		return fmt.Errorf("storm: partition of %s: the peers have no address", c.id)
+		return fmt.Errorf("drive: partition of %s: the peers have no address", c.id)
 	}
 	for _, a := range addrs {
 		// Recorded first: heal (and lift) remove whatever went in, and -D
@@ -354,7 +360,7 @@ func (c *containerCtl) iptables(rule ...string) error {
 	args := append([]string{"-t", pid, "-n", "iptables"}, rule...)
 	args = append(args, "-m", "comment", "--comment", partitionRule, "-j", "DROP")
 	if out, err := exec.CommandContext(ctx, "nsenter", args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("storm: nsenter %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+		return fmt.Errorf("drive: nsenter %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
 	}
 	return nil
 }
@@ -383,7 +389,7 @@ func (c *containerCtl) limitCPU(cores float64) error {
 			return err
 		}
 		if _, err := strconv.Atoi(n); err != nil {
-			return fmt.Errorf("storm: docker info: NCPU %q: %w", n, err)
+			return fmt.Errorf("drive: docker info: NCPU %q: %w", n, err)
 		}
 		if err := c.run("update", "--cpus", n); err != nil {
 			return err

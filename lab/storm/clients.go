@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/lab/observe"
 	"github.com/leveehq/levee/pkg/callmeta"
 )
 
@@ -296,21 +297,21 @@ func attemptOf(ctx context.Context) int {
 // ended, into the series: one place for every kind, pkg/client's included.
 type recordingConn struct {
 	cc grpc.ClientConnInterface
-	s  *Series
+	s  *observe.Series
 }
 
 func (r recordingConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
 	first := attemptOf(ctx) <= 1
-	r.s.add(time.Now(), func(x *second) {
+	r.s.Add(time.Now(), func(x *observe.Second) {
 		if first {
-			x.first.Add(1)
+			x.First.Add(1)
 		} else {
-			x.retries.Add(1)
+			x.Retries.Add(1)
 		}
 	})
 	err := r.cc.Invoke(ctx, method, args, reply, opts...)
 	code := classify(ctx, err)
-	r.s.add(time.Now(), func(x *second) { x.codes[code].Add(1) })
+	r.s.Add(time.Now(), func(x *observe.Second) { x.Codes[code].Add(1) })
 	return err
 }
 
@@ -321,27 +322,27 @@ func (r recordingConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, met
 // classify maps an attempt's end to an outcome class: a deadline that passed
 // on the caller's side is the caller timing out, one the server sent before
 // it is the server's refusal.
-func classify(ctx context.Context, err error) int {
+func classify(ctx context.Context, err error) observe.Code {
 	if err == nil {
-		return codeOK
+		return observe.CodeOK
 	}
 	switch status.Code(err) {
 	case codes.ResourceExhausted:
-		return codeResourceExhausted
+		return observe.CodeResourceExhausted
 	case codes.Unavailable:
-		return codeUnavailable
+		return observe.CodeUnavailable
 	case codes.DeadlineExceeded:
 		if ctx.Err() != nil {
-			return codeTimeout
+			return observe.CodeTimeout
 		}
-		return codeDeadlineExceeded
+		return observe.CodeDeadlineExceeded
 	case codes.Canceled:
 		if ctx.Err() != nil {
-			return codeTimeout
+			return observe.CodeTimeout
 		}
-		return codeCanceled
+		return observe.CodeCanceled
 	}
-	return codeOther
+	return observe.CodeOther
 }
 
 // request is one logical request's target: a stored hash and the password
@@ -360,7 +361,7 @@ func (q request) verify() *verifyv1.VerifyRequest {
 // whatever each answer said: the naive SDK (pause 0) and the human (pause:
 // think time). It reports success.
 func attemptsUntilOK(ctx context.Context, rpc verifyv1.VerifyServiceClient, q request, f callmeta.Facts, n int,
-	perAttempt, pause time.Duration, s *Series) bool {
+	perAttempt, pause time.Duration, s *observe.Series) bool {
 	for a := 1; a <= n; a++ {
 		if a > 1 && pause > 0 {
 			t := time.NewTimer(pause)
@@ -380,7 +381,7 @@ func attemptsUntilOK(ctx context.Context, rpc verifyv1.VerifyServiceClient, q re
 		cancel()
 		if err == nil {
 			if !resp.GetMatch() {
-				s.add(time.Now(), func(x *second) { x.wrong.Add(1) })
+				s.Add(time.Now(), func(x *observe.Second) { x.Wrong.Add(1) })
 			}
 			return true
 		}

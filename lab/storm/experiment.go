@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leveehq/levee/lab/drive"
+	"github.com/leveehq/levee/lab/observe"
 	"github.com/leveehq/levee/pkg/verify"
 )
 
@@ -102,7 +103,7 @@ type Result struct {
 	// Capacity is what was measured before the load: C, logical requests
 	// per second, that Load is a fraction of, and the unloaded latency.
 	Capacity Capacity
-	Series   *Series
+	Series   *observe.Series
 	Verdict  Verdict
 	// Spans are the judged windows in seconds since the start.
 	Base, Trig, Obs window
@@ -147,7 +148,7 @@ func runExperiment(ctx context.Context, f *drive.Fleet, clients Clients, q reque
 	// Room after the load for the last arrivals to end.
 	secs := int(math.Ceil((total + clients.patience()).Seconds())) + 2
 	start := time.Now().Add(200 * time.Millisecond).Truncate(time.Millisecond)
-	s := newSeries(start, secs)
+	s := observe.NewSeries(start, secs)
 	pop, err := newPopulation(clients, q, f.Target, f.Budgetd, f.TLS, s, log)
 	if err != nil {
 		return nil, err
@@ -169,7 +170,7 @@ func runExperiment(ctx context.Context, f *drive.Fleet, clients Clients, q reque
 		case i < obs.to:
 			phase = "after"
 		}
-		s.setPhase(i, phase)
+		s.SetPhase(i, phase)
 	}
 
 	rctx, cancel := context.WithCancel(ctx)
@@ -180,8 +181,8 @@ func runExperiment(ctx context.Context, f *drive.Fleet, clients Clients, q reque
 	wg.Add(1)
 	go func() { // once a second, the fleet's metrics
 		defer wg.Done()
-		sc := newScraper(f, keys)
-		sc.read(rctx, 400*time.Millisecond) // the first read only sets the counters' zero
+		sc := observe.NewScraper(f, keys)
+		sc.Read(rctx, 400*time.Millisecond) // the first read only sets the counters' zero
 		for i := 0; i < secs; i++ {
 			wait := time.Until(start.Add(time.Duration(i+1) * time.Second))
 			t := time.NewTimer(wait)
@@ -194,7 +195,7 @@ func runExperiment(ctx context.Context, f *drive.Fleet, clients Clients, q reque
 				return
 			case <-t.C:
 			}
-			s.setScraped(i, sc.read(rctx, 400*time.Millisecond))
+			s.SetScraped(i, sc.Read(rctx, 400*time.Millisecond))
 		}
 	}()
 
@@ -256,7 +257,7 @@ func runExperiment(ctx context.Context, f *drive.Fleet, clients Clients, q reque
 	// and recovery is counted from there.
 	if t, o := untilLifted(trig, obs, lifted); t != trig {
 		for i := trig.to; i < t.to; i++ {
-			s.setPhase(i, "trigger")
+			s.SetPhase(i, "trigger")
 		}
 		trig, obs = t, o
 	}

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/leveehq/levee/lab/observe"
 )
 
 // TestVerifierSecondsWithoutCalls: the quorum-loss routing check counts a
@@ -21,7 +23,7 @@ func TestVerifierSecondsWithoutCalls(t *testing.T) {
 		{"one never scraped", []float64{90, 80, 100, 95}, []float64{math.NaN(), math.NaN(), math.NaN(), 88}, 3, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newSeries(time.Now(), len(tc.v1))
+			s := observe.NewSeries(time.Now(), len(tc.v1))
 			for i := range tc.v1 {
 				vals := map[string]float64{"v1_queue": 0, "gw_arrivals_total": 0}
 				if !math.IsNaN(tc.v1[i]) {
@@ -30,7 +32,7 @@ func TestVerifierSecondsWithoutCalls(t *testing.T) {
 				if !math.IsNaN(tc.v2[i]) {
 					vals["v2_arrivals"] = tc.v2[i]
 				}
-				s.setScraped(i, vals)
+				s.SetScraped(i, vals)
 			}
 			r := &faultRun{res: &Result{Series: s}}
 			idle, seen := r.verifierSecondsWithoutCalls(0, len(tc.v1))

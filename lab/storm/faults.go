@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/leveehq/levee/lab/drive"
+	"github.com/leveehq/levee/lab/observe"
 	"github.com/leveehq/levee/pkg/budget"
 	"github.com/leveehq/levee/pkg/ledger"
 )
@@ -92,12 +93,12 @@ func (r FaultResult) Summary() FaultSummary {
 	if r.Result == nil || r.Result.Series == nil {
 		return s
 	}
-	for i := range r.Result.Series.secs {
-		x := &r.Result.Series.secs[i]
-		s.Offered += x.offered.Load()
-		s.Ended += x.arrEnded.Load()
-		s.Dropped += x.dropped.Load()
-		s.Wrong += x.wrong.Load()
+	for i := range r.Result.Series.Len() {
+		x := r.Result.Series.Second(i)
+		s.Offered += x.Offered.Load()
+		s.Ended += x.ArrivedEnded.Load()
+		s.Dropped += x.Dropped.Load()
+		s.Wrong += x.Wrong.Load()
 	}
 	return s
 }
@@ -230,7 +231,7 @@ func runFaults(ctx context.Context, cfg Config, q request) (_ []FaultResult, err
 		if err != nil {
 			return out, fmt.Errorf("storm: fault %s: %w", ft.name, err)
 		}
-		run := &faultRun{res: res, leaders: probe.samples(res.Series.start), ratio: settings.Ratio, burst: settings.Burst,
+		run := &faultRun{res: res, leaders: probe.samples(res.Series.Start()), ratio: settings.Ratio, burst: settings.Burst,
 			capacity: capacity}
 		fr := FaultResult{Name: ft.name, What: ft.what, Clients: ft.clients, Result: res, Checks: ft.check(run), Leaders: run.leaders}
 		out = append(out, fr)
@@ -309,15 +310,22 @@ func (p *leaderProbe) samples(start time.Time) []LeaderSample {
 // The checks. Seconds are the series' (second 0: the load's start);
 // r.res.Trig is the trigger's span.
 
-func (r *faultRun) secs() []second { return r.res.Series.secs }
+// secs are the run's seconds.
+func (r *faultRun) secs() []*observe.Second {
+	out := make([]*observe.Second, r.res.Series.Len())
+	for i := range out {
+		out[i] = r.res.Series.Second(i)
+	}
+	return out
+}
 
 // arrivals counts the logical requests that arrived in [from, to) and how
 // many of them succeeded.
 func (r *faultRun) arrivals(from, to int) (ok, ended float64) {
 	s := r.secs()
 	for i := max(from, 0); i < min(to, len(s)); i++ {
-		ok += float64(s[i].arrOK.Load())
-		ended += float64(s[i].arrEnded.Load())
+		ok += float64(s[i].ArrivedOK.Load())
+		ended += float64(s[i].ArrivedEnded.Load())
 	}
 	return ok, ended
 }
@@ -328,9 +336,9 @@ func (r *faultRun) attemptsFailed(from, to int) float64 {
 	s := r.secs()
 	var n float64
 	for i := max(from, 0); i < min(to, len(s)); i++ {
-		for c := range s[i].codes {
-			if c != codeOK && c != codeResourceExhausted {
-				n += float64(s[i].codes[c].Load())
+		for c := range s[i].Codes {
+			if observe.Code(c) != observe.CodeOK && observe.Code(c) != observe.CodeResourceExhausted {
+				n += float64(s[i].Codes[c].Load())
 			}
 		}
 	}
@@ -339,12 +347,12 @@ func (r *faultRun) attemptsFailed(from, to int) float64 {
 
 // attemptsEnded counts attempts sent in [from, to) that ended in one of
 // codes.
-func (r *faultRun) attemptsEnded(from, to int, codes ...int) float64 {
+func (r *faultRun) attemptsEnded(from, to int, codes ...observe.Code) float64 {
 	s := r.secs()
 	var n float64
 	for i := max(from, 0); i < min(to, len(s)); i++ {
 		for _, c := range codes {
-			n += float64(s[i].codes[c].Load())
+			n += float64(s[i].Codes[c].Load())
 		}
 	}
 	return n
@@ -408,7 +416,7 @@ func checkKillVerifier(r *faultRun) []Check {
 	// A lost node's calls end UNAVAILABLE (or in another transport error);
 	// deadline refusals and client timeouts near capacity are the load's
 	// and happen before the kill too.
-	failed := r.attemptsEnded(from, to, codeUnavailable, codeOther)
+	failed := r.attemptsEnded(from, to, observe.CodeUnavailable, observe.CodeOther)
 	routed := r.firstServed(trig.from, trig.to)
 	return []Check{
 		{What: "attempts lost with the node around the kill (UNAVAILABLE, transport errors)", Got: fmt.Sprintf("%.0f", failed),
@@ -456,8 +464,8 @@ func (r *faultRun) retryRatioCheck(from, to int) Check {
 	for i := max(from, 0); i+10 <= min(to, len(s)); i++ {
 		var first, retries float64
 		for j := i; j < i+10; j++ {
-			first += float64(s[j].first.Load())
-			retries += float64(s[j].retries.Load())
+			first += float64(s[j].First.Load())
+			retries += float64(s[j].Retries.Load())
 		}
 		if first < 100 {
 			continue // too few to judge a ratio by
@@ -587,7 +595,7 @@ func checkRollingRestart(r *faultRun) []Check {
 	// Calls the gateway admitted that then failed (a verifier going away
 	// under them), and attempts the clients saw fail for any reason but a
 	// refusal at admission.
-	gwFailed := sumKnown(r.res.Series.Scraped("gw_failed"), trig.from, obs.to)
+	gwFailed := observe.SumKnown(r.res.Series.Scraped("gw_failed"), trig.from, obs.to)
 	failed := r.attemptsFailed(trig.from, obs.to)
 	ok, ended := r.arrivals(trig.from, obs.to)
 	return []Check{

@@ -8,6 +8,8 @@ import (
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/leveehq/levee/lab/observe"
 )
 
 // Grid is the lab's proof: every trigger × duration × load × seed, against
@@ -114,8 +116,8 @@ func writeSummary(w io.Writer, results []*Result) error {
 			strconv.FormatBool(v.Recovered), rec, strconv.FormatBool(v.Stuck), f(v.Wasted, 0), f(v.WastedAfter, 0),
 			f(v.RetryRatio, 3), f(float64(v.LatencyP50)/1e6, 1), f(float64(v.LatencyP99)/1e6, 1),
 			f(float64(c.UnloadedP50)/1e6, 1), f(float64(c.UnloadedP99)/1e6, 1), f(float64(c.HealthyP99Bound())/1e6, 1), healthyOK,
-			f(meanKnown(r.Series.Scraped(colLabCPU), 0, r.Obs.to), 2),
-			f(meanKnown(r.Series.Scraped(colHostCPU), 0, r.Obs.to), 2), f(meanKnown(r.Series.otherCPU(), 0, r.Obs.to), 2)}
+			f(observe.MeanKnown(r.Series.Scraped(observe.ColLabCPU), 0, r.Obs.to), 2),
+			f(observe.MeanKnown(r.Series.Scraped(observe.ColHostCPU), 0, r.Obs.to), 2), f(observe.MeanKnown(r.Series.OtherCPU(), 0, r.Obs.to), 2)}
 		if err := cw.Write(row); err != nil {
 			return err
 		}

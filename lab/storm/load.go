@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/lab/observe"
 	"github.com/leveehq/levee/pkg/budget"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/client"
@@ -26,7 +27,7 @@ import (
 type population struct {
 	cfg     Clients
 	q       request
-	s       *Series
+	s       *observe.Series
 	conns   []*grpc.ClientConn
 	rpcs    []verifyv1.VerifyServiceClient
 	levee   []*client.Client
@@ -44,7 +45,7 @@ type population struct {
 // newPopulation dials the target and, for the levee population, starts
 // cfg.Levee.Processes budget clients against budgetdTarget ("" means no
 // budget: pkg/client then never retries).
-func newPopulation(cfg Clients, q request, target, budgetdTarget string, id *mtls.Source, s *Series, log *slog.Logger) (*population, error) {
+func newPopulation(cfg Clients, q request, target, budgetdTarget string, id *mtls.Source, s *observe.Series, log *slog.Logger) (*population, error) {
 	p := &population{cfg: cfg, q: q, s: s}
 	for k, share := range cfg.Mix {
 		if share > 0 {
@@ -142,7 +143,7 @@ func (p *population) close() {
 func (p *population) drive(ctx context.Context, rng *rand.Rand, rate func(time.Duration) float64, d time.Duration) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	start := p.s.start
+	start := p.s.Start()
 	next := start
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -168,9 +169,9 @@ func (p *population) drive(ctx context.Context, rng *rand.Rand, rate func(time.D
 		next = next.Add(time.Duration(rng.ExpFloat64() / lambda * float64(time.Second)))
 		kind, _ := pick(rng, p.kinds, p.kindCw)
 		pri, _ := pick(rng, p.pris, p.priCw)
-		p.s.add(arrival, func(x *second) { x.offered.Add(1) })
+		p.s.Add(arrival, func(x *observe.Second) { x.Offered.Add(1) })
 		if p.inflight.Load() >= int64(p.cfg.MaxInFlight) {
-			p.s.add(arrival, func(x *second) { x.dropped.Add(1) })
+			p.s.Add(arrival, func(x *observe.Second) { x.Dropped.Add(1) })
 			continue
 		}
 		p.inflight.Add(1)
@@ -212,23 +213,23 @@ func (p *population) one(ctx context.Context, kind Kind, pri callmeta.Priority, 
 		cancel()
 		ok = err == nil
 		if ok && !v.Match {
-			p.s.add(time.Now(), func(x *second) { x.wrong.Add(1) })
+			p.s.Add(time.Now(), func(x *observe.Second) { x.Wrong.Add(1) })
 		}
 	}
 	end := time.Now()
 	took := end.Sub(arrival)
-	p.s.add(end, func(x *second) {
+	p.s.Add(end, func(x *observe.Second) {
 		if ok {
-			x.goodput.Add(1)
+			x.Goodput.Add(1)
 		} else {
-			x.failed.Add(1)
+			x.Failed.Add(1)
 		}
 	})
-	p.s.add(arrival, func(x *second) {
-		x.arrEnded.Add(1)
+	p.s.Add(arrival, func(x *observe.Second) {
+		x.ArrivedEnded.Add(1)
 		if ok {
-			x.arrOK.Add(1)
-			x.latency[latBucket(took)].Add(1)
+			x.ArrivedOK.Add(1)
+			x.Latency[observe.LatBucket(took)].Add(1)
 		}
 	})
 }

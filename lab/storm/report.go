@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/leveehq/levee/lab/observe"
 )
 
 // write puts the report's files under dir: a CSV of each run's seconds
@@ -291,8 +293,8 @@ func (rep *Report) writeSim(md *strings.Builder, dir string, c SimConfig) error 
 		c.Load*c.Capacity()*float64(c.Attempts), rep.Results[0].Experiment.AfterWindow)
 	for _, r := range rep.Results {
 		att := r.Series.Attempts()
-		early := mean(att, r.Trig.to+10, r.Trig.to+40)
-		late := mean(att, r.Obs.to-int(r.Experiment.AfterWindow/time.Second), r.Obs.to)
+		early := observe.Mean(att, r.Trig.to+10, r.Trig.to+40)
+		late := observe.Mean(att, r.Obs.to-int(r.Experiment.AfterWindow/time.Second), r.Obs.to)
 		fmt.Fprintf(md, "| %s | %.0f | %.2f | %.0f | %.2f |\n", r.Fleet, early, early/r.Capacity.PerSecond, late, late/r.Capacity.PerSecond)
 	}
 	return nil

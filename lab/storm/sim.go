@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leveehq/levee/lab/drive"
+	"github.com/leveehq/levee/lab/observe"
 	"github.com/leveehq/levee/pkg/admission"
 	"github.com/leveehq/levee/pkg/breaker"
 	"github.com/leveehq/levee/pkg/callmeta"
@@ -209,7 +210,7 @@ type sim struct {
 	events eventHeap
 	seq    uint64
 	rng    *rand.Rand
-	series *Series
+	series *observe.Series
 
 	verifiers []*simVerifier
 	limiter   *admission.Limiter
@@ -275,7 +276,7 @@ func newSim(c SimConfig) (*sim, error) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	secs := int(math.Ceil((c.total() + time.Duration(c.Attempts)*c.Timeout).Seconds())) + 2
 	s := &sim{c: c, now: start, start: start, end: start.Add(c.total()), rng: rand.New(rand.NewPCG(c.Seed, 0x73696d)),
-		series: newSeries(start, secs), slowdown: 1}
+		series: observe.NewSeries(start, secs), slowdown: 1}
 	for range c.Verifiers {
 		s.verifiers = append(s.verifiers, &simVerifier{running: map[*simJob]bool{}})
 	}
@@ -360,11 +361,11 @@ func (s *sim) tick(i int) {
 	for _, p := range s.procs {
 		tokens += p.tokens
 	}
-	cols := map[string]float64{colWasted: s.wasted, "queued": float64(q), "client_tokens": tokens}
+	cols := map[string]float64{observe.ColWasted: s.wasted, "queued": float64(q), "client_tokens": tokens}
 	if s.limiter != nil {
-		cols[colLimit] = float64(s.limiter.Limit())
+		cols[observe.ColLimit] = float64(s.limiter.Limit())
 	}
-	s.series.setScraped(i, cols)
+	s.series.SetScraped(i, cols)
 	s.wasted = 0
 }
 
@@ -373,7 +374,7 @@ func (s *sim) arrive() {
 		return
 	}
 	l := &simLogical{arrival: s.now, proc: s.rng.IntN(len(s.procs))}
-	s.series.add(s.now, func(x *second) { x.offered.Add(1) })
+	s.series.Add(s.now, func(x *observe.Second) { x.Offered.Add(1) })
 	s.send(l, 1)
 	s.at(s.now.Add(s.expo(s.c.Load*s.c.Capacity())), s.arrive)
 }
@@ -382,11 +383,11 @@ func (s *sim) arrive() {
 func (s *sim) send(l *simLogical, n int) {
 	a := &simAttempt{l: l, n: n, deadline: s.now.Add(s.c.Timeout), v: -1}
 	p := s.procs[l.proc]
-	s.series.add(s.now, func(x *second) {
+	s.series.Add(s.now, func(x *observe.Second) {
 		if n == 1 {
-			x.first.Add(1)
+			x.First.Add(1)
 		} else {
-			x.retries.Add(1)
+			x.Retries.Add(1)
 		}
 	})
 	if n == 1 {
@@ -446,13 +447,13 @@ func (s *sim) report(p *simProc) {
 }
 
 // answer is the fleet's reply reaching the client.
-func (s *sim) answer(a *simAttempt, code int) {
+func (s *sim) answer(a *simAttempt, code observe.Code) {
 	if a.done {
 		return
 	}
 	a.done = true
-	s.series.add(s.now, func(x *second) { x.codes[code].Add(1) })
-	if code == codeOK {
+	s.series.Add(s.now, func(x *observe.Second) { x.Codes[code].Add(1) })
+	if code == observe.CodeOK {
 		s.finish(a.l, true)
 		return
 	}
@@ -464,7 +465,7 @@ func (s *sim) timeout(a *simAttempt) {
 		return
 	}
 	a.done = true
-	s.series.add(s.now, func(x *second) { x.codes[codeTimeout].Add(1) })
+	s.series.Add(s.now, func(x *observe.Second) { x.Codes[observe.CodeTimeout].Add(1) })
 	s.cancel(a)
 	s.retryOrFail(a)
 }
@@ -479,18 +480,18 @@ func (s *sim) retryOrFail(a *simAttempt) {
 
 func (s *sim) finish(l *simLogical, ok bool) {
 	took := s.now.Sub(l.arrival)
-	s.series.add(s.now, func(x *second) {
+	s.series.Add(s.now, func(x *observe.Second) {
 		if ok {
-			x.goodput.Add(1)
+			x.Goodput.Add(1)
 		} else {
-			x.failed.Add(1)
+			x.Failed.Add(1)
 		}
 	})
-	s.series.add(l.arrival, func(x *second) {
-		x.arrEnded.Add(1)
+	s.series.Add(l.arrival, func(x *observe.Second) {
+		x.ArrivedEnded.Add(1)
 		if ok {
-			x.arrOK.Add(1)
-			x.latency[latBucket(took)].Add(1)
+			x.ArrivedOK.Add(1)
+			x.Latency[observe.LatBucket(took)].Add(1)
 		}
 	})
 }
@@ -514,18 +515,18 @@ func (s *sim) receive(a *simAttempt) {
 	// breaker admits the call, least loaded of two.
 	class := admission.Class{Priority: callmeta.Interactive, Retry: a.n > 1 && s.c.Budget != NoBudget}
 	if s.limiter.Acquire(class) != admission.ReasonAdmitted {
-		s.answer(a, codeResourceExhausted)
+		s.answer(a, observe.CodeResourceExhausted)
 		return
 	}
 	v := s.pick()
 	if v < 0 {
 		s.limiter.Release(admission.Sample{Outcome: admission.OutcomeIgnore})
-		s.answer(a, codeResourceExhausted)
+		s.answer(a, observe.CodeResourceExhausted)
 		return
 	}
 	if s.now.Add(s.c.Service).After(a.deadline) {
 		s.limiter.Release(admission.Sample{Outcome: admission.OutcomeIgnore})
-		s.answer(a, codeDeadlineExceeded)
+		s.answer(a, observe.CodeDeadlineExceeded)
 		return
 	}
 	a.v, a.slot = v, true
@@ -594,7 +595,7 @@ func (s *sim) enqueue(a *simAttempt) {
 		wait := time.Duration(float64(len(v.queue)) * float64(s.c.Service) * s.slowdown / float64(s.c.Workers))
 		if s.now.Add(wait + j.cost).After(a.deadline) {
 			s.release(a, admission.Sample{Outcome: admission.OutcomeOverloaded})
-			s.answer(a, codeResourceExhausted)
+			s.answer(a, observe.CodeResourceExhausted)
 			return
 		}
 	}
@@ -613,7 +614,7 @@ func (s *sim) startJobs(vi int) {
 			// Dropped at dequeue: never hashed.
 			if !a.done {
 				s.release(a, admission.Sample{Outcome: admission.OutcomeIgnore})
-				s.answer(a, codeDeadlineExceeded)
+				s.answer(a, observe.CodeDeadlineExceeded)
 			}
 			continue
 		}
@@ -645,7 +646,7 @@ func (s *sim) complete(vi int, j *simJob) {
 			s.breakers[vi].Record(true)
 			s.release(a, admission.Sample{Outcome: admission.OutcomeOK, QueueWait: j.end.Sub(j.enqueued) - j.cost})
 		}
-		s.answer(a, codeOK)
+		s.answer(a, observe.CodeOK)
 	}
 	s.startJobs(vi)
 }

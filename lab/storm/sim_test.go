@@ -3,6 +3,8 @@ package storm
 import (
 	"testing"
 	"time"
+
+	"github.com/leveehq/levee/lab/observe"
 )
 
 // TestSimSeedArithmetic checks the simulator against the seed's arithmetic
@@ -47,7 +49,7 @@ func TestSimSeedArithmetic(t *testing.T) {
 			if v.BaselineRatio < 0.98 {
 				t.Fatalf("baseline served %.3f of arrivals at 0.8 C, want ≥ 0.98", v.BaselineRatio)
 			}
-			att := mean(r.Series.Attempts(), r.Trig.to+10, r.Trig.to+40)
+			att := observe.Mean(r.Series.Attempts(), r.Trig.to+10, r.Trig.to+40)
 			if att < tc.want.lo || att > tc.want.hi {
 				t.Errorf("attempts after the stall = %.0f/s, want in [%v, %v]", att, tc.want.lo, tc.want.hi)
 			}

@@ -119,10 +119,7 @@ func judgeSoak(res *Result) *SoakResult {
 	out := &SoakResult{Result: res, Served: res.Verdict.BaselineRatio}
 	base := res.Base
 	fifth := max((base.to-base.from)/5, 1)
-	res.Series.mu.Lock()
-	columns := slices.Clone(res.Series.columns)
-	res.Series.mu.Unlock()
-	for _, c := range columns {
+	for _, c := range res.Series.Columns() {
 		// A process that restarted (another PID, another start time) has
 		// levels that started again from nothing: growth up to a crash
 		// would read as none.

@@ -5,6 +5,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/leveehq/levee/lab/observe"
 )
 
 // TestSoakNoGrowth is the soak's short version (docs/faults.md has the 30
@@ -63,7 +65,7 @@ func TestSoakNoGrowth(t *testing.T) {
 // member that restarted, and a member with no late reading fail.
 func TestJudgeSoak(t *testing.T) {
 	soak := func(cols map[string]func(i int) float64) *SoakResult {
-		s := newSeries(time.Now(), 100)
+		s := observe.NewSeries(time.Now(), 100)
 		for i := range 100 {
 			vals := map[string]float64{}
 			for c, f := range cols {
@@ -71,9 +73,9 @@ func TestJudgeSoak(t *testing.T) {
 					vals[c] = v
 				}
 			}
-			s.setScraped(i, vals)
-			s.secs[i].arrOK.Store(10)
-			s.secs[i].arrEnded.Store(10)
+			s.SetScraped(i, vals)
+			s.Second(i).ArrivedOK.Store(10)
+			s.Second(i).ArrivedEnded.Store(10)
 		}
 		r := &Result{Series: s, Base: window{0, 100}}
 		r.Verdict = judge(s, r.Base, window{100, 100}, window{100, 100}, 0)

@@ -92,12 +92,12 @@ func TestLabControlStuckLeveeRecovers(t *testing.T) {
 		// The lab's own books: every arrival was sent or dropped, and every
 		// one sent ended; no answer was wrong.
 		var offered, ended, dropped, wrong int64
-		for i := range r.Series.secs {
-			x := &r.Series.secs[i]
-			offered += x.offered.Load()
-			ended += x.arrEnded.Load()
-			dropped += x.dropped.Load()
-			wrong += x.wrong.Load()
+		for i := range r.Series.Len() {
+			x := r.Series.Second(i)
+			offered += x.Offered.Load()
+			ended += x.ArrivedEnded.Load()
+			dropped += x.Dropped.Load()
+			wrong += x.Wrong.Load()
 		}
 		if offered == 0 || ended+dropped != offered || wrong != 0 {
 			t.Errorf("%s: offered %d, ended %d, dropped %d, wrong answers %d: the lab lost track of requests", r.Fleet, offered, ended, dropped, wrong)

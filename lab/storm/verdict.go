@@ -1,8 +1,9 @@
 package storm
 
 import (
-	"math"
 	"time"
+
+	"github.com/leveehq/levee/lab/observe"
 )
 
 // Recovery is judged on windows of this many seconds of arrivals: one second
@@ -65,25 +66,26 @@ type window struct{ from, to int }
 // judge computes the verdict of a series whose baseline, trigger and
 // observation spans are given in seconds; afterWindow is how many final
 // seconds "after" averages over.
-func judge(s *Series, base, trig, obs window, afterWindow int) Verdict {
-	n := len(s.secs)
+func judge(s *observe.Series, base, trig, obs window, afterWindow int) Verdict {
+	n := s.Len()
 	arrOK, arrEnded := make([]float64, n), make([]float64, n)
 	var first, retries float64
-	for i := range s.secs {
-		arrOK[i] = float64(s.secs[i].arrOK.Load())
-		arrEnded[i] = float64(s.secs[i].arrEnded.Load())
-		first += float64(s.secs[i].first.Load())
-		retries += float64(s.secs[i].retries.Load())
+	for i := range n {
+		x := s.Second(i)
+		arrOK[i] = float64(x.ArrivedOK.Load())
+		arrEnded[i] = float64(x.ArrivedEnded.Load())
+		first += float64(x.First.Load())
+		retries += float64(x.Retries.Load())
 	}
 	goodput := s.Goodput()
 	v := verdictOf(goodput, arrOK, arrEnded, base, trig, obs, afterWindow)
 	if first > 0 {
 		v.RetryRatio = retries / first
 	}
-	v.LatencyP50 = s.latencyQuantile(base.from, base.to, 0.5)
-	v.LatencyP99 = s.latencyQuantile(base.from, base.to, 0.99)
-	wasted := s.Scraped(colWasted)
-	v.Wasted, v.WastedAfter = sumKnown(wasted, 0, n), sumKnown(wasted, trig.to, n)
+	v.LatencyP50 = s.LatencyQuantile(base.from, base.to, 0.5)
+	v.LatencyP99 = s.LatencyQuantile(base.from, base.to, 0.99)
+	wasted := s.Scraped(observe.ColWasted)
+	v.Wasted, v.WastedAfter = observe.SumKnown(wasted, 0, n), observe.SumKnown(wasted, trig.to, n)
 	return v
 }
 
@@ -91,11 +93,11 @@ func judge(s *Series, base, trig, obs window, afterWindow int) Verdict {
 // logical request ended, and successes and endings by the second it arrived.
 func verdictOf(goodput, arrOK, arrEnded []float64, base, trig, obs window, afterWindow int) Verdict {
 	var v Verdict
-	v.Baseline = mean(goodput, base.from, base.to)
+	v.Baseline = observe.Mean(goodput, base.from, base.to)
 	v.BaselineRatio = ratio(arrOK, arrEnded, base.from, base.to)
-	v.During = mean(goodput, trig.from, trig.to)
+	v.During = observe.Mean(goodput, trig.from, trig.to)
 	last := window{max(obs.to-afterWindow, obs.from), obs.to}
-	v.After = mean(goodput, last.from, last.to)
+	v.After = observe.Mean(goodput, last.from, last.to)
 	v.AfterRatio = ratio(arrOK, arrEnded, last.from, last.to)
 	if v.BaselineRatio > 0 {
 		v.AfterFraction = v.AfterRatio / v.BaselineRatio
@@ -114,18 +116,6 @@ func verdictOf(goodput, arrOK, arrEnded []float64, base, trig, obs window, after
 	return v
 }
 
-func mean(xs []float64, from, to int) float64 {
-	from, to = max(from, 0), min(to, len(xs))
-	if to <= from {
-		return 0
-	}
-	var sum float64
-	for _, x := range xs[from:to] {
-		sum += x
-	}
-	return sum / float64(to-from)
-}
-
 func ratio(num, den []float64, from, to int) float64 {
 	from, to = max(from, 0), min(to, len(num), len(den))
 	var a, b float64
@@ -137,35 +127,4 @@ func ratio(num, den []float64, from, to int) float64 {
 		return 0
 	}
 	return a / b
-}
-
-// sumKnown sums the values in [from, to) that are not NaN; NaN when all are.
-func sumKnown(xs []float64, from, to int) float64 {
-	sum, seen := 0.0, false
-	for i := max(from, 0); i < min(to, len(xs)); i++ {
-		if !math.IsNaN(xs[i]) {
-			sum += xs[i]
-			seen = true
-		}
-	}
-	if !seen {
-		return math.NaN()
-	}
-	return sum
-}
-
-// meanKnown averages the values in [from, to) that are not NaN; NaN when
-// all are.
-func meanKnown(xs []float64, from, to int) float64 {
-	sum, n := 0.0, 0
-	for i := max(from, 0); i < min(to, len(xs)); i++ {
-		if !math.IsNaN(xs[i]) {
-			sum += xs[i]
-			n++
-		}
-	}
-	if n == 0 {
-		return math.NaN()
-	}
-	return sum / float64(n)
 }

@@ -112,23 +112,6 @@ func TestVerdictRelativeToBaseline(t *testing.T) {
 	}
 }
 
-func TestLatencyQuantile(t *testing.T) {
-	s := newSeries(time.Now(), 2)
-	for range 99 {
-		s.secs[0].latency[latBucket(10*time.Millisecond)].Add(1)
-	}
-	s.secs[1].latency[latBucket(time.Second)].Add(1)
-	if got := s.latencyQuantile(0, 2, 0.5); got < 10*time.Millisecond || got > 10900*time.Microsecond {
-		t.Errorf("p50 = %v, want the bucket holding 10ms (≤ 9 %% above it)", got)
-	}
-	if got := s.latencyQuantile(0, 2, 0.995); got < time.Second || got > 1090*time.Millisecond {
-		t.Errorf("p99.5 = %v, want the bucket holding 1s", got)
-	}
-	if got := s.latencyQuantile(0, 1, 0.99); got > 10900*time.Microsecond {
-		t.Errorf("p99 of second 0 alone = %v, want ≤ 10.9ms", got)
-	}
-}
-
 // A trigger whose undo was delivered late (a loaded Docker unpausing) lasts
 // until then: recovery is counted from the second the undo completed in,
 // not from the scheduled end; a prompt undo changes nothing.

@@ -1,4 +1,4 @@
-package storm
+package observe
 
 import (
 	"context"
@@ -17,15 +17,14 @@ import (
 	"github.com/leveehq/levee/pkg/wellknown"
 )
 
-// Scraped column names the verdicts and plots read.
+// Scraped column names the verdicts and reports read.
 const (
-	colWasted      = "wasted"
-	colQueueP50    = "queue_wait_p50_ms"
-	colQueueP99    = "queue_wait_p99_ms"
-	colLabCPU      = "lab_cpu"
-	colHostCPU     = "host_cpu"
-	colLimit       = "gw_limit"
-	colBreakerOpen = "gw_breakers_open"
+	ColWasted   = "wasted"
+	ColQueueP50 = "queue_wait_p50_ms"
+	ColQueueP99 = "queue_wait_p99_ms"
+	ColLabCPU   = "lab_cpu"
+	ColHostCPU  = "host_cpu"
+	ColLimit    = "gw_limit"
 )
 
 // fetchMetrics reads a Prometheus text page.
@@ -106,10 +105,10 @@ func quantile(q float64, cum map[float64]float64) float64 {
 	return lo
 }
 
-// scraper reads every member's metrics once a second and turns them into
+// Scraper reads every member's metrics once a second and turns them into
 // per-second columns: gauges as read, counters as the change since the last
-// read, histograms as quantiles of the change.
-type scraper struct {
+// read, histograms as quantiles of the change. Reads must not overlap.
+type Scraper struct {
 	f    *drive.Fleet
 	keys []string // budget keys to show the tokens of
 
@@ -120,8 +119,9 @@ type scraper struct {
 	prevHost [2]float64 // /proc/stat busy and total jiffies
 }
 
-func newScraper(f *drive.Fleet, keys []string) *scraper {
-	return &scraper{f: f, keys: keys, prev: map[string]map[string]float64{},
+// NewScraper reads the members of f, and the tokens budgetd holds for keys.
+func NewScraper(f *drive.Fleet, keys []string) *Scraper {
+	return &Scraper{f: f, keys: keys, prev: map[string]map[string]float64{},
 		prevHist: map[string]map[string]map[float64]float64{}}
 }
 
@@ -144,7 +144,7 @@ func prefix(m *drive.Member) string {
 
 // delta returns the increase of counter key of member since the last read
 // (a restarted process starts again from zero), or NaN on the first read.
-func (sc *scraper) delta(member, key string, v float64) float64 {
+func (sc *Scraper) delta(member, key string, v float64) float64 {
 	pm := sc.prev[member]
 	if pm == nil {
 		pm = map[string]float64{}
@@ -161,7 +161,7 @@ func (sc *scraper) delta(member, key string, v float64) float64 {
 	return v - old
 }
 
-func (sc *scraper) histDelta(member, key string, cum map[float64]float64) map[float64]float64 {
+func (sc *Scraper) histDelta(member, key string, cum map[float64]float64) map[float64]float64 {
 	pm := sc.prevHist[member]
 	if pm == nil {
 		pm = map[string]map[float64]float64{}
@@ -183,10 +183,10 @@ func (sc *scraper) histDelta(member, key string, cum map[float64]float64) map[fl
 	return out
 }
 
-// read scrapes every member at once (each bounded by timeout: a paused
+// Read scrapes every member at once (each bounded by timeout: a paused
 // member answers nothing, and its columns are left empty) and returns the
 // columns of the second just ended.
-func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]float64 {
+func (sc *Scraper) Read(ctx context.Context, timeout time.Duration) map[string]float64 {
 	type page struct {
 		m   *drive.Member
 		mfs promscrape.Families
@@ -236,14 +236,14 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 	now := time.Now()
 	out := map[string]float64{}
 	if cpu := selfCPU(); !sc.prevAt.IsZero() {
-		out[colLabCPU] = (cpu - sc.prevCPU).Seconds() / now.Sub(sc.prevAt).Seconds()
+		out[ColLabCPU] = (cpu - sc.prevCPU).Seconds() / now.Sub(sc.prevAt).Seconds()
 		sc.prevCPU, sc.prevAt = cpu, now
 	} else {
 		sc.prevCPU, sc.prevAt = cpu, now
 	}
 	if busy, total, ok := hostCPU(); ok {
 		if db, dt := busy-sc.prevHost[0], total-sc.prevHost[1]; sc.prevHost[1] > 0 && dt > 0 {
-			out[colHostCPU] = db / dt * float64(runtime.NumCPU())
+			out[ColHostCPU] = db / dt * float64(runtime.NumCPU())
 		}
 		sc.prevHost = [2]float64{busy, total}
 	}
@@ -335,12 +335,12 @@ func (sc *scraper) read(ctx context.Context, timeout time.Duration) map[string]f
 		}
 	}
 	if anyVerifier {
-		out[colWasted] = wasted
+		out[ColWasted] = wasted
 		if q := quantile(0.5, queue); !math.IsNaN(q) {
-			out[colQueueP50] = 1000 * q
+			out[ColQueueP50] = 1000 * q
 		}
 		if q := quantile(0.99, queue); !math.IsNaN(q) {
-			out[colQueueP99] = 1000 * q
+			out[ColQueueP99] = 1000 * q
 		}
 	}
 	return out

@@ -1,4 +1,4 @@
-package storm
+package observe
 
 import (
 	"math"
@@ -43,11 +43,11 @@ func TestScraperTurnsCountersIntoRates(t *testing.T) {
 	defer srv.Close()
 
 	f := &drive.Fleet{Name: "levee", Members: []*drive.Member{{Name: "verifier-1", Role: drive.RoleVerifier, Metrics: srv.URL}}}
-	sc := newScraper(f, nil)
+	sc := NewScraper(f, nil)
 	late.Add(5)
 	attempts.Add(100)
 	wait.Observe(0.5)
-	first := sc.read(t.Context(), 5*time.Second)
+	first := sc.Read(t.Context(), 5*time.Second)
 	if _, ok := first["v1_late"]; ok {
 		t.Errorf("first read has a counter delta %v; it only sets the zero", first["v1_late"])
 	}
@@ -60,19 +60,19 @@ func TestScraperTurnsCountersIntoRates(t *testing.T) {
 		wait.Observe(0.005)
 	}
 	wait.Observe(0.05)
-	got := sc.read(t.Context(), 5*time.Second)
+	got := sc.Read(t.Context(), 5*time.Second)
 	for col, want := range map[string]float64{
-		"v1_late": 3, colWasted: 3, "v1_arrivals": 10, "v1_refusal_rate": 0.4, "v1_expected_ms": 250,
+		"v1_late": 3, ColWasted: 3, "v1_arrivals": 10, "v1_refusal_rate": 0.4, "v1_expected_ms": 250,
 	} {
 		if math.Abs(got[col]-want) > 1e-9 {
 			t.Errorf("%s = %v, want %v", col, got[col], want)
 		}
 	}
 	// 9 of the 10 new waits are in (1 ms, 10 ms]: p50 in there, p99 in (10 ms, 100 ms].
-	if p := got[colQueueP50]; p <= 1 || p > 10 {
+	if p := got[ColQueueP50]; p <= 1 || p > 10 {
 		t.Errorf("queue wait p50 = %v ms, want in (1, 10]", p)
 	}
-	if p := got[colQueueP99]; p <= 10 || p > 100 {
+	if p := got[ColQueueP99]; p <= 10 || p > 100 {
 		t.Errorf("queue wait p99 = %v ms, want in (10, 100] (the old 0.5 s wait is not in this second)", p)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leveehq/levee/lab/experiment"
 	"github.com/leveehq/levee/lab/observe"
 )
 
@@ -34,7 +35,7 @@ func TestVerifierSecondsWithoutCalls(t *testing.T) {
 				}
 				s.SetScraped(i, vals)
 			}
-			r := &faultRun{res: &Result{Series: s}}
+			r := &faultRun{res: &experiment.Result{Series: s}}
 			idle, seen := r.verifierSecondsWithoutCalls(0, len(tc.v1))
 			if idle != tc.idle || seen != tc.seen {
 				t.Errorf("idle %d of %d verifier-seconds, want %d of %d", idle, seen, tc.idle, tc.seen)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/leveehq/levee/lab/drive"
+	"github.com/leveehq/levee/lab/experiment"
 	"github.com/leveehq/levee/lab/observe"
 	"github.com/leveehq/levee/pkg/budget"
 	"github.com/leveehq/levee/pkg/ledger"
@@ -40,8 +41,8 @@ var FaultNames = []string{"kill-verifier", "kill-budgetd-leader", "etcd-quorum",
 // fault is one scenario: its experiment and the checks of its result.
 type fault struct {
 	name, what string
-	exp        Experiment
-	clients    Clients
+	exp        experiment.Spec
+	clients    experiment.Clients
 	check      func(r *faultRun) []Check
 }
 
@@ -56,8 +57,8 @@ type Check struct {
 // FaultResult is one fault's record.
 type FaultResult struct {
 	Name, What string
-	Clients    Clients
-	Result     *Result
+	Clients    experiment.Clients
+	Result     *experiment.Result
 	Checks     []Check
 	// Leaders is the budgetd leader seen every 100 ms, by time since the
 	// series start ("" when none answered).
@@ -111,23 +112,23 @@ type LeaderSample struct {
 
 // faultRun is what a fault's checks read.
 type faultRun struct {
-	res      *Result
+	res      *experiment.Result
 	leaders  []LeaderSample
 	ratio    float64 // the budget ratio of the levee clients' key
 	burst    float64
-	capacity Capacity
+	capacity experiment.Capacity
 }
 
 // suite returns the faults at the suite's lengths. Budget settings are the
 // fleet's defaults: ratio 0.1, burst 100.
-func (fs Faults) suite(base Experiment, clients Clients) []fault {
+func (fs Faults) suite(base experiment.Spec, clients experiment.Clients) []fault {
 	long := func(full, short time.Duration) time.Duration {
 		if fs.Short {
 			return short
 		}
 		return full
 	}
-	exp := func(load float64, kind TriggerKind, targets string, d time.Duration) Experiment {
+	exp := func(load float64, kind experiment.TriggerKind, targets string, d time.Duration) experiment.Spec {
 		e := base
 		e.Load = load
 		e.Warmup, e.Baseline = 3*time.Second, long(15*time.Second, 8*time.Second)
@@ -137,14 +138,14 @@ func (fs Faults) suite(base Experiment, clients Clients) []fault {
 		return e
 	}
 	naive := clients
-	naive.Mix = map[Kind]float64{Naive: 1}
+	naive.Mix = map[experiment.Kind]float64{experiment.Naive: 1}
 	mixed := clients
-	mixed.Mix = map[Kind]float64{Naive: 0.7, Levee: 0.3}
+	mixed.Mix = map[experiment.Kind]float64{experiment.Naive: 0.7, experiment.Levee: 0.3}
 	budgeted := clients
-	budgeted.Mix = map[Kind]float64{Levee: 1}
+	budgeted.Mix = map[experiment.Kind]float64{experiment.Levee: 1}
 	all := []fault{
 		{name: "kill-verifier", what: "kill -9 one verifier at 0.8 C (it restarts when the trigger ends)",
-			exp: exp(0.8, Kill, "verifier-1", long(20*time.Second, 8*time.Second)), clients: naive, check: checkKillVerifier},
+			exp: exp(0.8, experiment.Kill, "verifier-1", long(20*time.Second, 8*time.Second)), clients: naive, check: checkKillVerifier},
 		// The retry bound is judged only where clients want retries: at
 		// 2 C, so that attempts fail even when C was read low (on two
 		// shared cores the closed-loop measurement has read the compose
@@ -154,21 +155,21 @@ func (fs Faults) suite(base Experiment, clients Clients) []fault {
 		// the host and goodput moves with them); its clients' budgets are
 		// judged by the gateway's own fallback bucket.
 		{name: "kill-budgetd-leader", what: "kill -9 the budgetd leader at 2 C, budgeted clients retrying every refusal",
-			exp: exp(2, Kill, "budgetd-leader", long(20*time.Second, 10*time.Second)), clients: budgeted, check: checkLeaderKill},
+			exp: exp(2, experiment.Kill, "budgetd-leader", long(20*time.Second, 10*time.Second)), clients: budgeted, check: checkLeaderKill},
 		{name: "etcd-quorum", what: "2 of 3 etcd members stopped (docker pause) at 1.2 C, budgeted clients retrying every refusal",
-			exp: exp(1.2, Stop, "etcd-majority", long(60*time.Second, 15*time.Second)), clients: budgeted, check: checkQuorumLoss},
+			exp: exp(1.2, experiment.Stop, "etcd-majority", long(60*time.Second, 15*time.Second)), clients: budgeted, check: checkQuorumLoss},
 		{name: "partition-budgetd", what: "the gateway cut off from both budgetd replicas (packets dropped) at 0.8 C",
-			exp: exp(0.8, Partition, "gateways", long(30*time.Second, 15*time.Second)), clients: mixed, check: checkPartition},
+			exp: exp(0.8, experiment.Partition, "gateways", long(30*time.Second, 15*time.Second)), clients: mixed, check: checkPartition},
 		// A rolling restart is done with headroom; and on two cores
 		// Docker's own stop and start take about a core for seconds, which
 		// at 0.5 C queued calls past their deadlines (the CPU, not the
 		// drain). At 0.3 C the drain is what is judged.
 		{name: "rolling-restart", what: "every verifier stopped (SIGTERM, drain) and started again, one at a time, at 0.3 C",
-			exp: exp(0.3, Restart, "verifiers", long(60*time.Second, 30*time.Second)), clients: naive, check: checkRollingRestart},
+			exp: exp(0.3, experiment.Restart, "verifiers", long(60*time.Second, 30*time.Second)), clients: naive, check: checkRollingRestart},
 		{name: "pause-verifiers", what: "every verifier frozen (docker pause) at 0.5 C",
-			exp: exp(0.5, Stop, "verifiers", long(20*time.Second, 10*time.Second)), clients: naive, check: checkRecovery},
+			exp: exp(0.5, experiment.Stop, "verifiers", long(20*time.Second, 10*time.Second)), clients: naive, check: checkRecovery},
 		{name: "cpu-cut", what: "every verifier cut to 0.1 core (docker update --cpus) at 0.5 C",
-			exp: exp(0.5, CPU, "verifiers", long(20*time.Second, 10*time.Second)), clients: naive, check: checkRecovery},
+			exp: exp(0.5, experiment.CPU, "verifiers", long(20*time.Second, 10*time.Second)), clients: naive, check: checkRecovery},
 	}
 	if len(fs.Only) == 0 {
 		return all
@@ -201,13 +202,13 @@ func (fs Faults) Validate() error {
 
 // runFaults runs the suite against one Levee fleet: started once, its
 // capacity measured once, every fault undone before the next.
-func runFaults(ctx context.Context, cfg Config, q request) (_ []FaultResult, err error) {
+func runFaults(ctx context.Context, cfg Config, q experiment.Request) (_ []FaultResult, err error) {
 	f, err := startFleet(ctx, cfg, "levee")
 	if err != nil {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, f.Close()) }()
-	capacity, err := measureCapacity(ctx, f.Target, f.TLS, q, cfg.Capacity)
+	capacity, err := experiment.MeasureCapacity(ctx, f.Target, f.TLS, q, cfg.Capacity)
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +226,7 @@ func runFaults(ctx context.Context, cfg Config, q request) (_ []FaultResult, err
 		probe := newLeaderProbe(f)
 		var wg sync.WaitGroup
 		wg.Go(func() { probe.run(pctx) })
-		res, err := runExperiment(ctx, f, ft.clients, q, capacity, ft.exp, cfg.Logger)
+		res, err := experiment.Run(ctx, f, ft.clients, q, capacity, ft.exp, cfg.Logger)
 		stopProbe()
 		wg.Wait()
 		if err != nil {
@@ -381,7 +382,7 @@ func (r *faultRun) servedCheck(what string, from, to int) Check {
 	if ended > 0 {
 		got = ok / ended
 	}
-	want := RecoveredFraction * r.baselineRatio()
+	want := experiment.RecoveredFraction * r.baselineRatio()
 	return Check{What: what, Got: fmt.Sprintf("%.2f %% of %.0f", 100*got, ended), Want: fmt.Sprintf("≥ %.2f %%", 100*want),
 		OK: ended > 0 && got >= want}
 }
@@ -390,7 +391,7 @@ func (r *faultRun) servedCheck(what string, from, to int) Check {
 // first succeeded at 95 % of the baseline's share, within [from, to); -1
 // when none did.
 func (r *faultRun) firstServed(from, to int) int {
-	want := RecoveredFraction * r.baselineRatio()
+	want := experiment.RecoveredFraction * r.baselineRatio()
 	for i := from; i < to; i++ {
 		if ok, ended := r.arrivals(i, i+1); ended > 0 && ok/ended >= want {
 			return i - from
@@ -408,7 +409,7 @@ func checkKillVerifier(r *faultRun) []Check {
 	// second at 0.8 C, and the kill lands up to a second or more after its
 	// scheduled second (CI: 4 lost against 2 + a queue scraped empty).
 	// The seconds around the kill: the one before it and two from it.
-	from, to := trig.from-1, trig.from+2
+	from, to := trig.From-1, trig.From+2
 	held := 2.0
 	if q := r.column("v1_queue", from, to); len(q) > 0 {
 		held += slices.Max(q)
@@ -417,13 +418,13 @@ func checkKillVerifier(r *faultRun) []Check {
 	// deadline refusals and client timeouts near capacity are the load's
 	// and happen before the kill too.
 	failed := r.attemptsEnded(from, to, observe.CodeUnavailable, observe.CodeOther)
-	routed := r.firstServed(trig.from, trig.to)
+	routed := r.firstServed(trig.From, trig.To)
 	return []Check{
 		{What: "attempts lost with the node around the kill (UNAVAILABLE, transport errors)", Got: fmt.Sprintf("%.0f", failed),
 			Want: fmt.Sprintf("≤ %.0f (the killed verifier's workers and queue)", held), OK: failed <= held},
 		{What: "routed around: first second whose arrivals succeed at 95 % of baseline", Got: fmt.Sprintf("%d s after the kill", routed),
 			Want: "≤ 1 s", OK: routed >= 0 && routed <= 1},
-		r.servedCheck("arrivals during the kill succeeded", trig.from+1, trig.to),
+		r.servedCheck("arrivals during the kill succeeded", trig.From+1, trig.To),
 	}
 }
 
@@ -434,7 +435,7 @@ func checkLeaderKill(r *faultRun) []Check {
 	// old leader leads.
 	killAt := r.res.Applied
 	if killAt <= 0 {
-		killAt = time.Duration(trig.from) * time.Second
+		killAt = time.Duration(trig.From) * time.Second
 	}
 	old, newAt := "", time.Duration(-1)
 	for _, l := range r.leaders {
@@ -447,11 +448,11 @@ func checkLeaderKill(r *faultRun) []Check {
 			newAt = l.At - killAt
 		}
 	}
-	ordered := killAt - time.Duration(trig.from)*time.Second
+	ordered := killAt - time.Duration(trig.From)*time.Second
 	checks := []Check{{What: "a new budgetd leader after the kill",
 		Got:  fmt.Sprintf("%v (was %s; the kill took %v to deliver)", newAt.Round(100*time.Millisecond), old, ordered.Round(100*time.Millisecond)),
 		Want: "≤ 3 s", OK: old != "" && newAt >= 0 && newAt <= 3*time.Second}}
-	return append(checks, r.retryRatioCheck(trig.from-10, len(r.secs())))
+	return append(checks, r.retryRatioCheck(trig.From-10, len(r.secs())))
 }
 
 // retryRatioCheck: in every 10 s window of [from, to) with first
@@ -535,7 +536,7 @@ func checkQuorumLoss(r *faultRun) []Check {
 	// earns on the next first attempts).
 	var tokens []float64
 	inFallback := 0
-	for i := trig.from; i < min(r.res.Obs.to, len(fbAll)); i++ {
+	for i := trig.From; i < min(r.res.Obs.To, len(fbAll)); i++ {
 		if fbAll[i] != 1 {
 			inFallback = 0
 			continue
@@ -545,13 +546,13 @@ func checkQuorumLoss(r *faultRun) []Check {
 		}
 	}
 	burst := budget.DefaultConfig().FallbackBurst
-	after := r.column("gw_budget_fallback", r.res.Obs.to-5, r.res.Obs.to)
+	after := r.column("gw_budget_fallback", r.res.Obs.To-5, r.res.Obs.To)
 	// Over capacity, the share of arrivals served depends on how many
 	// retries the budgets fund, and a local budget funds fewer than the
 	// shared one's burst: serving continuing is the fleet's goodput, and
 	// every verifier the gateway knew getting calls throughout.
 	v := r.res.Verdict
-	idle, seen := r.verifierSecondsWithoutCalls(trig.from, trig.to)
+	idle, seen := r.verifierSecondsWithoutCalls(trig.From, trig.To)
 	checks := []Check{
 		{What: "goodput during the quorum loss", Got: fmt.Sprintf("%.0f/s (baseline %.0f/s)", v.During, v.Baseline),
 			Want: fmt.Sprintf("≥ %.0f %% of baseline", 100*quorumGoodputFraction),
@@ -572,17 +573,17 @@ func checkQuorumLoss(r *faultRun) []Check {
 
 func checkPartition(r *faultRun) []Check {
 	trig := r.res.Trig
-	fb := r.column("gw_budget_fallback", trig.from, trig.to+2)
+	fb := r.column("gw_budget_fallback", trig.From, trig.To+2)
 	back := -1
 	all := r.res.Series.Scraped("gw_budget_fallback")
-	for i := trig.to; i < len(all); i++ {
+	for i := trig.To; i < len(all); i++ {
 		if all[i] == 0 {
-			back = i - trig.to
+			back = i - trig.To
 			break
 		}
 	}
 	return []Check{
-		r.servedCheck("arrivals during the partition succeeded", trig.from, trig.to),
+		r.servedCheck("arrivals during the partition succeeded", trig.From, trig.To),
 		{What: "the gateway's budget fell back to local", Got: fmt.Sprintf("fallback %v", maxOf(fb) == 1), Want: "yes",
 			OK: maxOf(fb) == 1},
 		{What: "shared again after the partition healed", Got: fmt.Sprintf("%d s after", back), Want: "≤ 10 s",
@@ -595,9 +596,9 @@ func checkRollingRestart(r *faultRun) []Check {
 	// Calls the gateway admitted that then failed (a verifier going away
 	// under them), and attempts the clients saw fail for any reason but a
 	// refusal at admission.
-	gwFailed := observe.SumKnown(r.res.Series.Scraped("gw_failed"), trig.from, obs.to)
-	failed := r.attemptsFailed(trig.from, obs.to)
-	ok, ended := r.arrivals(trig.from, obs.to)
+	gwFailed := observe.SumKnown(r.res.Series.Scraped("gw_failed"), trig.From, obs.To)
+	failed := r.attemptsFailed(trig.From, obs.To)
+	ok, ended := r.arrivals(trig.From, obs.To)
 	return []Check{
 		{What: "calls the gateway admitted that failed", Got: fmt.Sprintf("%.0f", gwFailed), Want: "0", OK: gwFailed == 0},
 		{What: "attempts that failed other than by a refusal at admission", Got: fmt.Sprintf("%.0f", failed), Want: "0", OK: failed == 0},
@@ -608,7 +609,7 @@ func checkRollingRestart(r *faultRun) []Check {
 func checkRecovery(r *faultRun) []Check {
 	v := r.res.Verdict
 	got := v.String()
-	end := time.Duration(r.res.Trig.from)*time.Second + r.res.Experiment.Trigger.Duration
+	end := time.Duration(r.res.Trig.From)*time.Second + r.res.Spec.Trigger.Duration
 	if lag := r.res.Lifted - end; lag >= 500*time.Millisecond {
 		got += fmt.Sprintf(" (the undo took %v to deliver; counted from the second it completed in)", lag.Round(100*time.Millisecond))
 	}
@@ -679,7 +680,7 @@ func writeFaults(out string, cfg Config, results []FaultResult) ([]string, error
 			if !fr.OK() {
 				verdict = "**FAIL**"
 			}
-			e := fr.Result.Experiment
+			e := fr.Result.Spec
 			fmt.Fprintf(w, "## %s: %s\n\n%s. Trigger %s, %s clients, baseline %.1f %% of arrivals served (%.0f/s). Per second: `runs/%s.csv`.\n\n",
 				fr.Name, verdict, fr.What, e.Trigger, mixName(fr.Clients.Mix), 100*fr.Result.Verdict.BaselineRatio, fr.Result.Verdict.Baseline, fr.Name)
 			fmt.Fprintln(w, "| check | measured | wanted | |")
@@ -706,9 +707,9 @@ func firstCapacity(results []FaultResult) float64 {
 }
 
 // mixName names a mix of populations: "naive 0.7, levee 0.3".
-func mixName(mix map[Kind]float64) string {
+func mixName(mix map[experiment.Kind]float64) string {
 	var parts []string
-	for _, k := range kinds {
+	for _, k := range experiment.Kinds {
 		if s := mix[k]; s > 0 {
 			parts = append(parts, fmt.Sprintf("%s %g", k, s))
 		}

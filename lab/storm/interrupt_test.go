@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/leveehq/levee/lab/experiment"
 	"github.com/leveehq/levee/pkg/verifier"
 	"github.com/leveehq/levee/pkg/verify"
 )
@@ -64,7 +65,7 @@ func TestInterruptedGridKeepsItsReport(t *testing.T) {
 	cfg.Local.Params = vcfg.Policy.Params
 	cfg.Capacity.Fixed = 20
 	cfg.Experiment.Warmup, cfg.Experiment.Baseline, cfg.Experiment.After, cfg.Experiment.AfterWindow = 0, 2*time.Second, 3*time.Second, time.Second
-	cfg.Grid = Grid{Triggers: []Trigger{{Kind: Spike, Targets: "verifiers", Spike: 2}}, Durations: []time.Duration{time.Second}, Loads: []float64{0.3, 0.4, 0.5}, Seeds: 1}
+	cfg.Grid = experiment.Grid{Triggers: []experiment.Trigger{{Kind: experiment.Spike, Targets: "verifiers", Spike: 2}}, Durations: []time.Duration{time.Second}, Loads: []float64{0.3, 0.4, 0.5}, Seeds: 1}
 	cfg.Out = filepath.Join(t.TempDir(), "out")
 	cfg.Logger = quietLogger()
 	cfg.Progress = &cancelOnLine{cancel: interrupt}

@@ -11,6 +11,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/leveehq/levee/lab/experiment"
 )
 
 var (
@@ -94,16 +96,16 @@ func maxOf(xss ...[]float64) float64 {
 
 // plotRun draws one run: offered logical requests, attempts sent and goodput
 // per second, the trigger shaded.
-func plotRun(r *Result, path string) error {
+func plotRun(r *experiment.Result, path string) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s fleet: %s at %.2f C (C = %.0f/s)", r.Fleet, r.Experiment.Trigger, r.Experiment.Load, r.Capacity.PerSecond)
+	p.Title.Text = fmt.Sprintf("%s fleet: %s at %.2f C (C = %.0f/s)", r.Fleet, r.Spec.Trigger, r.Spec.Load, r.Capacity.PerSecond)
 	p.X.Label.Text = "seconds"
 	p.Y.Label.Text = "per second"
 	offered, attempts, goodput := r.Series.Offered(), r.Series.Attempts(), r.Series.Goodput()
-	n := r.Obs.to
+	n := r.Obs.To
 	offered, attempts, goodput = offered[:min(n, len(offered))], attempts[:min(n, len(attempts))], goodput[:min(n, len(goodput))]
 	top := 1.05 * maxOf(offered, attempts, goodput)
-	if err := shade(p, r.Trig.from, r.Trig.to, top); err != nil {
+	if err := shade(p, r.Trig.From, r.Trig.To, top); err != nil {
 		return err
 	}
 	for _, l := range []struct {
@@ -132,7 +134,7 @@ type line struct {
 // plotLines draws curves over seconds with the trigger's span shaded; top
 // (when positive) fixes the y range, and ref (when positive) draws a
 // horizontal reference line named refName.
-func plotLines(title, ylabel string, lines []line, trig window, top, ref float64, refName, path string) error {
+func plotLines(title, ylabel string, lines []line, trig experiment.Window, top, ref float64, refName, path string) error {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "seconds"
@@ -143,7 +145,7 @@ func plotLines(title, ylabel string, lines []line, trig window, top, ref float64
 		}
 		top = math.Max(top, 1.05*ref)
 	}
-	if err := shade(p, trig.from, trig.to, top); err != nil {
+	if err := shade(p, trig.From, trig.To, top); err != nil {
 		return err
 	}
 	n := 0
@@ -165,17 +167,17 @@ func plotLines(title, ylabel string, lines []line, trig window, top, ref float64
 
 // goodputLine is a result's goodput relative to its baseline, to the end of
 // its observation.
-func goodputLine(r *Result, name string, c color.Color, dashed bool) (line, bool) {
+func goodputLine(r *experiment.Result, name string, c color.Color, dashed bool) (line, bool) {
 	if r.Verdict.Baseline <= 0 {
 		return line{}, false
 	}
 	g := r.Series.Goodput()
-	return line{name: name, ys: g[:min(r.Obs.to, len(g))], scale: 1 / r.Verdict.Baseline, color: c, dashed: dashed}, true
+	return line{name: name, ys: g[:min(r.Obs.To, len(g))], scale: 1 / r.Verdict.Baseline, color: c, dashed: dashed}, true
 }
 
 // plotCompare draws the goodput of each result relative to its own baseline,
 // one line per fleet: the cure beside the failure.
-func plotCompare(rs []*Result, title, path string) error {
+func plotCompare(rs []*experiment.Result, title, path string) error {
 	var ls []line
 	for _, r := range rs {
 		if l, ok := goodputLine(r, fmt.Sprintf("%s (C = %.0f/s)", r.Fleet, r.Capacity.PerSecond), fleetColor(r.Fleet), false); ok {
@@ -217,11 +219,11 @@ func (c cellVerdict) color() color.Color {
 }
 
 // gridCells groups results of one fleet and trigger kind by (duration, load).
-func gridCells(rs []*Result) (durations []time.Duration, loads []float64, cells map[[2]int]cellVerdict) {
+func gridCells(rs []*experiment.Result) (durations []time.Duration, loads []float64, cells map[[2]int]cellVerdict) {
 	dset, lset := map[time.Duration]bool{}, map[float64]bool{}
 	for _, r := range rs {
-		dset[r.Experiment.triggerDuration()] = true
-		lset[r.Experiment.Load] = true
+		dset[r.Spec.TriggerDuration()] = true
+		lset[r.Spec.Load] = true
 	}
 	for d := range dset {
 		durations = append(durations, d)
@@ -233,8 +235,8 @@ func gridCells(rs []*Result) (durations []time.Duration, loads []float64, cells 
 	sort.Float64s(loads)
 	cells = map[[2]int]cellVerdict{}
 	for _, r := range rs {
-		i := sort.Search(len(durations), func(k int) bool { return durations[k] >= r.Experiment.triggerDuration() })
-		j := sort.SearchFloat64s(loads, r.Experiment.Load)
+		i := sort.Search(len(durations), func(k int) bool { return durations[k] >= r.Spec.TriggerDuration() })
+		j := sort.SearchFloat64s(loads, r.Spec.Load)
 		c, seen := cells[[2]int{i, j}]
 		c.runs++
 		if r.Verdict.Stuck {
@@ -253,7 +255,7 @@ func gridCells(rs []*Result) (durations []time.Duration, loads []float64, cells 
 // plotHeatmap draws a grid's recovery times: trigger duration across, load
 // up; green recovered within 2 s, yellow within 10 s, orange later, red
 // stuck (with the seeds that stuck and the lowest goodput they stuck at).
-func plotHeatmap(rs []*Result, title, path string) error {
+func plotHeatmap(rs []*experiment.Result, title, path string) error {
 	durations, loads, cells := gridCells(rs)
 	p := plot.New()
 	p.Title.Text = title
@@ -299,4 +301,59 @@ func plotHeatmap(rs []*Result, title, path string) error {
 	w := vg.Length(1.2*float64(len(durations))+1.5) * vg.Inch
 	h := vg.Length(0.8*float64(len(loads))+1.5) * vg.Inch
 	return p.Save(w, h, path)
+}
+
+// plotRamp draws goodput against offered load, on the way up and on the way
+// down, for each fleet.
+func plotRamp(rs []*experiment.Result, ramp experiment.Ramp, path string) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("triangle ramp %.1f C → %.0f C → %.1f C: goodput against offered load", ramp.Low, ramp.High, ramp.Low)
+	p.X.Label.Text = "offered logical requests (× capacity)"
+	p.Y.Label.Text = "goodput (× capacity)"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	for _, r := range rs {
+		h, err := ramp.Hysteresis(r)
+		if err != nil {
+			return err
+		}
+		for _, dir := range []struct {
+			name   string
+			ys     []float64
+			dashed bool
+		}{{"up", h.Up, false}, {"down", h.Down, true}} {
+			var pts plotter.XYs
+			for b, y := range dir.ys {
+				if !math.IsNaN(y) {
+					pts = append(pts, plotter.XY{X: h.Bins[b], Y: y})
+				}
+			}
+			if err := addLine(p, fmt.Sprintf("%s, way %s", r.Fleet, dir.name), pts, fleetColor(r.Fleet), vg.Points(2), dir.dashed); err != nil {
+				return err
+			}
+			if len(pts) > 0 {
+				sc, err := plotter.NewScatter(pts)
+				if err != nil {
+					return err
+				}
+				sc.GlyphStyle.Color = fleetColor(r.Fleet)
+				sc.GlyphStyle.Shape = draw.CircleGlyph{}
+				if dir.dashed {
+					sc.GlyphStyle.Shape = draw.BoxGlyph{}
+				}
+				p.Add(sc)
+			}
+		}
+	}
+	ideal, err := plotter.NewLine(plotter.XYs{{X: ramp.Low, Y: ramp.Low}, {X: 1, Y: 1}, {X: ramp.High, Y: 1}})
+	if err != nil {
+		return err
+	}
+	ideal.LineStyle.Color = color.Gray{Y: 180}
+	ideal.LineStyle.Dashes = []vg.Length{vg.Points(1), vg.Points(3)}
+	p.Add(ideal)
+	p.Legend.Add("min(offered, C)", ideal)
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Y.Min = 0
+	return p.Save(8*vg.Inch, 5*vg.Inch, path)
 }

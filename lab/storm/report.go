@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leveehq/levee/lab/experiment"
 	"github.com/leveehq/levee/lab/observe"
 )
 
@@ -29,13 +30,13 @@ func (rep *Report) write(dir string, cfg Config) error {
 		rep.Files = append(rep.Files, path)
 		return nil
 	}
-	plotted := map[*Result]string{}
+	plotted := map[*experiment.Result]string{}
 	for _, r := range rep.Results {
-		if err := add(filepath.Join(dir, "runs", r.fileName()+".csv"), r.Series.WriteCSV); err != nil {
+		if err := add(filepath.Join(dir, "runs", fileName(r)+".csv"), r.Series.WriteCSV); err != nil {
 			return err
 		}
 		if cfg.Mode != GridMode && cfg.Mode != SimMode {
-			png := filepath.Join(dir, r.fileName()+".png")
+			png := filepath.Join(dir, fileName(r)+".png")
 			if err := plotRun(r, png); err != nil {
 				return fmt.Errorf("storm: plot: %w", err)
 			}
@@ -73,7 +74,7 @@ func (rep *Report) write(dir string, cfg Config) error {
 		"*recovered* means a %d-second window of arrivals after the trigger succeeded at %.0f %% of the baseline's share, "+
 		"*stuck* that none did by the end of the run; *after* is goodput over the last %v of arrivals relative to the baseline; "+
 		"*wasted* counts hashes the verifiers finished after their caller had left (docs/lab.md).\n\n",
-		recoveryWindow, 100*RecoveredFraction, afterWindowOf(rep.Results))
+		experiment.RecoveryWindow, 100*experiment.RecoveredFraction, afterWindowOf(rep.Results))
 
 	switch cfg.Mode {
 	case GridMode:
@@ -93,7 +94,7 @@ func (rep *Report) write(dir string, cfg Config) error {
 		writeTable(&md, rep.Results)
 		if len(rep.Results) > 1 && cfg.Mode != RampMode {
 			png := filepath.Join(dir, "compare.png")
-			e := rep.Results[0].Experiment
+			e := rep.Results[0].Spec
 			if err := plotCompare(rep.Results, fmt.Sprintf("%s at %.2f C: goodput relative to each fleet's baseline", e.Trigger, e.Load), png); err != nil {
 				return fmt.Errorf("storm: plot: %w", err)
 			}
@@ -107,7 +108,7 @@ func (rep *Report) write(dir string, cfg Config) error {
 		}
 		for _, r := range rep.Results {
 			if png, ok := plotted[r]; ok {
-				fmt.Fprintf(&md, "\n![%s](%s)\n", r.fileName(), png)
+				fmt.Fprintf(&md, "\n![%s](%s)\n", fileName(r), png)
 			}
 		}
 	}
@@ -118,22 +119,22 @@ func (rep *Report) write(dir string, cfg Config) error {
 	return nil
 }
 
-func describeClients(c Clients) string {
+func describeClients(c experiment.Clients) string {
 	var parts []string
-	for _, k := range kinds {
+	for _, k := range experiment.Kinds {
 		s := c.Mix[k]
 		if s <= 0 {
 			continue
 		}
 		var d string
 		switch k {
-		case Naive:
+		case experiment.Naive:
 			d = fmt.Sprintf("naive (%d attempts of %v each, retried at once on any error)", c.Naive.Attempts, c.Naive.Timeout)
-		case Levee:
+		case experiment.Levee:
 			d = fmt.Sprintf("levee (pkg/client: %v per call, ≤ %d attempts, fleet budget from %d processes)", c.Levee.Deadline, c.Levee.MaxAttempts, c.Levee.Processes)
-		case Human:
+		case experiment.Human:
 			d = fmt.Sprintf("human (%d tries, %v patience, %v between)", c.Human.Tries, c.Human.Patience, c.Human.Think)
-		case NoDeadline:
+		case experiment.NoDeadline:
 			d = fmt.Sprintf("no deadline (given up after %v)", c.NoDeadline.Cap)
 		}
 		parts = append(parts, fmt.Sprintf("%s × %.2g", d, s))
@@ -141,7 +142,7 @@ func describeClients(c Clients) string {
 	return strings.Join(parts, ", ") + "; open-loop Poisson arrivals"
 }
 
-func writeTable(md *strings.Builder, rs []*Result) {
+func writeTable(md *strings.Builder, rs []*experiment.Result) {
 	fmt.Fprintf(md, "| fleet | trigger | load | C | baseline | during | after | verdict | wasted | retries/first | p50 / p99 | unloaded p50 / p99 |\n")
 	fmt.Fprintf(md, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
@@ -151,7 +152,7 @@ func writeTable(md *strings.Builder, rs []*Result) {
 			verdict = "**stuck**"
 		}
 		fmt.Fprintf(md, "| %s | %s | %.2f C | %.0f/s | %.0f/s (%.1f %% ok) | %.0f/s | %.0f/s (%.0f %% of baseline) | %s | %s | %.2f | %v / %v | %v / %v |\n",
-			r.Fleet, r.Experiment.Trigger, r.Experiment.Load, r.Capacity.PerSecond, v.Baseline, 100*v.BaselineRatio, v.During,
+			r.Fleet, r.Spec.Trigger, r.Spec.Load, r.Capacity.PerSecond, v.Baseline, 100*v.BaselineRatio, v.During,
 			v.After, 100*v.AfterFraction, verdict, fmtCount(v.Wasted), v.RetryRatio, v.LatencyP50.Round(100*time.Microsecond), v.LatencyP99.Round(100*time.Microsecond),
 			r.Capacity.UnloadedP50.Round(100*time.Microsecond), r.Capacity.UnloadedP99.Round(100*time.Microsecond))
 	}
@@ -167,10 +168,10 @@ func fmtCount(v float64) string {
 // writeGrid writes a heatmap and a recovery table per fleet and trigger.
 func (rep *Report) writeGrid(md *strings.Builder, dir string) error {
 	type key struct{ fleet, trigger string }
-	groups := map[key][]*Result{}
+	groups := map[key][]*experiment.Result{}
 	var keys []key
 	for _, r := range rep.Results {
-		k := key{r.Fleet, string(r.Experiment.Trigger.Kind) + " " + r.Experiment.Trigger.Targets}
+		k := key{r.Fleet, string(r.Spec.Trigger.Kind) + " " + r.Spec.Trigger.Targets}
 		if _, ok := groups[k]; !ok {
 			keys = append(keys, k)
 		}
@@ -216,7 +217,7 @@ func (rep *Report) writeGrid(md *strings.Builder, dir string) error {
 }
 
 // writeRamp plots the ramp's loops and tabulates their gaps.
-func (rep *Report) writeRamp(md *strings.Builder, dir string, ramp Ramp) error {
+func (rep *Report) writeRamp(md *strings.Builder, dir string, ramp experiment.Ramp) error {
 	png := filepath.Join(dir, "ramp.png")
 	if err := plotRamp(rep.Results, ramp, png); err != nil {
 		return fmt.Errorf("storm: plot: %w", err)
@@ -225,7 +226,7 @@ func (rep *Report) writeRamp(md *strings.Builder, dir string, ramp Ramp) error {
 	fmt.Fprintf(md, "![goodput against offered load on the way up and down](ramp.png)\n\n")
 	fmt.Fprintf(md, "| fleet | largest gap, up − down, at ≤ 1 C | at offered | goodput at the end (× baseline) |\n|---|---|---|---|\n")
 	for _, r := range rep.Results {
-		h, err := hysteresis(r, ramp)
+		h, err := ramp.Hysteresis(r)
 		if err != nil {
 			return err
 		}
@@ -235,11 +236,11 @@ func (rep *Report) writeRamp(md *strings.Builder, dir string, ramp Ramp) error {
 	return nil
 }
 
-func afterWindowOf(rs []*Result) time.Duration {
+func afterWindowOf(rs []*experiment.Result) time.Duration {
 	if len(rs) == 0 {
 		return 0
 	}
-	return rs[0].Experiment.AfterWindow
+	return rs[0].Spec.AfterWindow
 }
 
 func describeSim(c SimConfig) string {
@@ -268,7 +269,7 @@ func (rep *Report) writeSim(md *strings.Builder, dir string, c SimConfig) error 
 			good = append(good, l)
 		}
 		a := r.Series.Attempts()
-		att = append(att, line{name: r.Fleet, ys: a[:min(r.Obs.to, len(a))], scale: 1, color: budgetColors[b], dashed: guarded})
+		att = append(att, line{name: r.Fleet, ys: a[:min(r.Obs.To, len(a))], scale: 1, color: budgetColors[b], dashed: guarded})
 	}
 	if len(rep.Results) == 0 {
 		return nil
@@ -290,11 +291,11 @@ func (rep *Report) writeSim(md *strings.Builder, dir string, c SimConfig) error 
 	}
 	fmt.Fprintf(md, "\nThe load each fleet settles at once the stall is over (the seed's L = A(1 + p + p²): %.0f/s when every "+
 		"attempt fails), and at the end:\n\n| fleet | attempts/s, 10–40 s after the stall | × C | attempts/s over the last %v | × C |\n|---|---|---|---|---|\n",
-		c.Load*c.Capacity()*float64(c.Attempts), rep.Results[0].Experiment.AfterWindow)
+		c.Load*c.Capacity()*float64(c.Attempts), rep.Results[0].Spec.AfterWindow)
 	for _, r := range rep.Results {
 		att := r.Series.Attempts()
-		early := observe.Mean(att, r.Trig.to+10, r.Trig.to+40)
-		late := observe.Mean(att, r.Obs.to-int(r.Experiment.AfterWindow/time.Second), r.Obs.to)
+		early := observe.Mean(att, r.Trig.To+10, r.Trig.To+40)
+		late := observe.Mean(att, r.Obs.To-int(r.Spec.AfterWindow/time.Second), r.Obs.To)
 		fmt.Fprintf(md, "| %s | %.0f | %.2f | %.0f | %.2f |\n", r.Fleet, early, early/r.Capacity.PerSecond, late, late/r.Capacity.PerSecond)
 	}
 	return nil
@@ -303,7 +304,7 @@ func (rep *Report) writeSim(md *strings.Builder, dir string, c SimConfig) error 
 // writeSimVsReal simulates each real run and plots both.
 func (rep *Report) writeSimVsReal(md *strings.Builder, dir string, cfg Config) error {
 	var ls []line
-	var trig window
+	var trig experiment.Window
 	for _, r := range rep.Results {
 		sc, ok := simLike(r, cfg.Local, cfg.Clients)
 		if !ok || cfg.Source != Local {

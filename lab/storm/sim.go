@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leveehq/levee/lab/drive"
+	"github.com/leveehq/levee/lab/experiment"
 	"github.com/leveehq/levee/lab/observe"
 	"github.com/leveehq/levee/pkg/admission"
 	"github.com/leveehq/levee/pkg/breaker"
@@ -118,7 +119,7 @@ func (c SimConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("sim: want 1–100000 processes, 1–%d attempts, timeout > 0; got %d, %d, %v",
 			callmeta.MaxAttempt, c.Processes, c.Attempts, c.Timeout))
 	}
-	if !(c.Load > 0 && c.Load <= 100) || c.Baseline < 2*time.Second || c.After < recoveryWindow*time.Second ||
+	if !(c.Load > 0 && c.Load <= 100) || c.Baseline < 2*time.Second || c.After < experiment.RecoveryWindow*time.Second ||
 		c.Warmup < 0 || c.TriggerDuration < 0 || c.Slowdown < 0 {
 		errs = append(errs, errors.New("sim: want load in (0, 100], baseline ≥ 2s, after ≥ 3s, warmup, trigger and slowdown ≥ 0"))
 	}
@@ -147,7 +148,7 @@ func (c SimConfig) Name() string {
 // Simulate runs c in virtual time and returns its record and verdict, as a
 // real experiment's: the same series, the same judge. It takes seconds of
 // real time for minutes of simulated load at C = 1,000/s.
-func Simulate(c SimConfig) (*Result, error) {
+func Simulate(c SimConfig) (*experiment.Result, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -162,16 +163,16 @@ func Simulate(c SimConfig) (*Result, error) {
 		return nil, err
 	}
 	s.run()
-	e := Experiment{Load: c.Load, Warmup: c.Warmup, Baseline: c.Baseline, After: c.After, AfterWindow: c.AfterWindow, Seed: c.Seed,
-		Trigger: Trigger{Kind: Stop, Targets: "verifiers", Duration: c.TriggerDuration}}
+	e := experiment.Spec{Load: c.Load, Warmup: c.Warmup, Baseline: c.Baseline, After: c.After, AfterWindow: c.AfterWindow, Seed: c.Seed,
+		Trigger: experiment.Trigger{Kind: experiment.Stop, Targets: "verifiers", Duration: c.TriggerDuration}}
 	if c.Slowdown > 0 {
-		e.Trigger = Trigger{Kind: Knob, Targets: "verifiers", Duration: c.TriggerDuration, WorkerFraction: 1, Slowdown: c.Slowdown}
+		e.Trigger = experiment.Trigger{Kind: experiment.Knob, Targets: "verifiers", Duration: c.TriggerDuration, WorkerFraction: 1, Slowdown: c.Slowdown}
 	}
-	base := window{int(c.Warmup / time.Second), int((c.Warmup + c.Baseline) / time.Second)}
-	trig := window{base.to, base.to + int(math.Ceil(c.TriggerDuration.Seconds()))}
-	obs := window{trig.to, int(math.Ceil(c.total().Seconds()))}
-	r := &Result{Fleet: c.Name(), Experiment: e, Capacity: Capacity{PerSecond: c.Capacity()}, Series: s.series, Base: base, Trig: trig, Obs: obs}
-	r.Verdict = judge(s.series, base, trig, obs, int(c.AfterWindow/time.Second))
+	base := experiment.Window{From: int(c.Warmup / time.Second), To: int((c.Warmup + c.Baseline) / time.Second)}
+	trig := experiment.Window{From: base.To, To: base.To + int(math.Ceil(c.TriggerDuration.Seconds()))}
+	obs := experiment.Window{From: trig.To, To: int(math.Ceil(c.total().Seconds()))}
+	r := &experiment.Result{Fleet: c.Name(), Spec: e, Capacity: experiment.Capacity{PerSecond: c.Capacity()}, Series: s.series, Base: base, Trig: trig, Obs: obs}
+	r.Verdict = experiment.Judge(s.series, base, trig, obs, int(c.AfterWindow/time.Second))
 	return r, nil
 }
 
@@ -667,24 +668,24 @@ func (s *sim) stall(d time.Duration) {
 // simLike is the simulation of a real run: the same fleet shape, capacity,
 // load, clients and trigger, in virtual time. Only naive clients are
 // modelled, so a run of another mix is simulated as if it were naive.
-func simLike(r *Result, local drive.LocalConfig, clients Clients) (SimConfig, bool) {
-	e := r.Experiment
+func simLike(r *experiment.Result, local drive.LocalConfig, clients experiment.Clients) (SimConfig, bool) {
+	e := r.Spec
 	c := SimConfig{
 		Verifiers: local.Verifiers, Workers: local.Workers, Jitter: 0.1,
 		Guarded: r.Fleet == "levee", Budget: NoBudget, Ratio: 0.1, Burst: 10, MinPerSecond: 1,
 		Processes: 1, Attempts: clients.Naive.Attempts, Timeout: clients.Naive.Timeout,
 		Load: e.Load, Warmup: e.Warmup, Baseline: e.Baseline, After: e.After, AfterWindow: e.AfterWindow,
-		TriggerDuration: e.triggerDuration(), Seed: e.Seed, name: "sim-" + r.Fleet,
+		TriggerDuration: e.TriggerDuration(), Seed: e.Seed, name: "sim-" + r.Fleet,
 	}
 	if r.Capacity.PerSecond <= 0 || e.Profile != nil {
 		return c, false
 	}
 	c.Service = time.Duration(float64(c.Verifiers*c.Workers) / r.Capacity.PerSecond * float64(time.Second))
 	switch e.Trigger.Kind {
-	case Stop:
-	case Knob:
+	case experiment.Stop:
+	case experiment.Knob:
 		c.Slowdown = e.Trigger.Slowdown / e.Trigger.WorkerFraction
-	case CPU:
+	case experiment.CPU:
 		c.Slowdown = max(float64(local.Workers)/e.Trigger.CPU, 1)
 	default:
 		return c, false

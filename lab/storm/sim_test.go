@@ -49,7 +49,7 @@ func TestSimSeedArithmetic(t *testing.T) {
 			if v.BaselineRatio < 0.98 {
 				t.Fatalf("baseline served %.3f of arrivals at 0.8 C, want ≥ 0.98", v.BaselineRatio)
 			}
-			att := observe.Mean(r.Series.Attempts(), r.Trig.to+10, r.Trig.to+40)
+			att := observe.Mean(r.Series.Attempts(), r.Trig.To+10, r.Trig.To+40)
 			if att < tc.want.lo || att > tc.want.hi {
 				t.Errorf("attempts after the stall = %.0f/s, want in [%v, %v]", att, tc.want.lo, tc.want.hi)
 			}

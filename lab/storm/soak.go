@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/leveehq/levee/lab/experiment"
 )
 
 // Soak is a long run of healthy load that watches every member of one
@@ -66,7 +68,7 @@ func (g Growth) OK() bool { return g.Late <= g.Allowed }
 
 // SoakResult is a soak's record.
 type SoakResult struct {
-	Result *Result
+	Result *experiment.Result
 	Growth []Growth
 	// Served is the share of the judged span's arrivals that succeeded.
 	Served float64
@@ -90,13 +92,13 @@ func (r SoakResult) OK() bool {
 }
 
 // runSoak runs the soak against one Levee fleet.
-func runSoak(ctx context.Context, cfg Config, q request) (_ *SoakResult, err error) {
+func runSoak(ctx context.Context, cfg Config, q experiment.Request) (_ *SoakResult, err error) {
 	f, err := startFleet(ctx, cfg, "levee")
 	if err != nil {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, f.Close()) }()
-	capacity, err := measureCapacity(ctx, f.Target, f.TLS, q, cfg.Capacity)
+	capacity, err := experiment.MeasureCapacity(ctx, f.Target, f.TLS, q, cfg.Capacity)
 	if err != nil {
 		return nil, err
 	}
@@ -105,8 +107,8 @@ func runSoak(ctx context.Context, cfg Config, q request) (_ *SoakResult, err err
 	}
 	e := cfg.Experiment
 	e.Load, e.Warmup, e.Baseline, e.After, e.AfterWindow = cfg.Soak.Load, soakWarmup, cfg.Soak.Duration, 0, 0
-	e.Trigger = Trigger{Kind: None}
-	res, err := runExperiment(ctx, f, cfg.Clients, q, capacity, e, cfg.Logger)
+	e.Trigger = experiment.Trigger{Kind: experiment.None}
+	res, err := experiment.Run(ctx, f, cfg.Clients, q, capacity, e, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -115,10 +117,10 @@ func runSoak(ctx context.Context, cfg Config, q request) (_ *SoakResult, err err
 
 // judgeSoak compares each member's early and late levels over the
 // baseline (the judged span).
-func judgeSoak(res *Result) *SoakResult {
+func judgeSoak(res *experiment.Result) *SoakResult {
 	out := &SoakResult{Result: res, Served: res.Verdict.BaselineRatio}
 	base := res.Base
-	fifth := max((base.to-base.from)/5, 1)
+	fifth := max((base.To-base.From)/5, 1)
 	for _, c := range res.Series.Columns() {
 		// A process that restarted (another PID, another start time) has
 		// levels that started again from nothing: growth up to a crash
@@ -126,14 +128,14 @@ func judgeSoak(res *Result) *SoakResult {
 		if member, ok := cutAnySuffix(c, "_pid", "_start"); ok {
 			all := res.Series.Scraped(c)
 			first := math.NaN()
-			for i := base.from; i < min(base.to, len(all)); i++ {
+			for i := base.From; i < min(base.To, len(all)); i++ {
 				switch {
 				case math.IsNaN(all[i]):
 				case math.IsNaN(first):
 					first = all[i]
 				case all[i] != first:
-					out.Unjudged = append(out.Unjudged, fmt.Sprintf("%s restarted %ds into the span", member, i-base.from))
-					i = base.to
+					out.Unjudged = append(out.Unjudged, fmt.Sprintf("%s restarted %ds into the span", member, i-base.From))
+					i = base.To
 				}
 			}
 			continue
@@ -144,7 +146,7 @@ func judgeSoak(res *Result) *SoakResult {
 				continue
 			}
 			all := res.Series.Scraped(c)
-			early, late := median(all, base.from, base.from+fifth), median(all, base.to-fifth, base.to)
+			early, late := median(all, base.From, base.From+fifth), median(all, base.To-fifth, base.To)
 			if math.IsNaN(early) {
 				continue
 			}
@@ -210,7 +212,7 @@ func writeSoak(out string, cfg Config, r *SoakResult) ([]string, error) {
 			continue
 		}
 		path := filepath.Join(out, "soak"+strings.ReplaceAll(m.suffix, "_", "-")+".png")
-		if err := plotLines(fmt.Sprintf("soak: %s per member", m.what), m.what, lines, window{}, 0, 0, "", path); err != nil {
+		if err := plotLines(fmt.Sprintf("soak: %s per member", m.what), m.what, lines, experiment.Window{}, 0, 0, "", path); err != nil {
 			return files, err
 		}
 		files = append(files, path)

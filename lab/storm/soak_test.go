@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leveehq/levee/lab/experiment"
 	"github.com/leveehq/levee/lab/observe"
 )
 
@@ -77,8 +78,8 @@ func TestJudgeSoak(t *testing.T) {
 			s.Second(i).ArrivedOK.Store(10)
 			s.Second(i).ArrivedEnded.Store(10)
 		}
-		r := &Result{Series: s, Base: window{0, 100}}
-		r.Verdict = judge(s, r.Base, window{100, 100}, window{100, 100}, 0)
+		r := &experiment.Result{Series: s, Base: experiment.Window{From: 0, To: 100}}
+		r.Verdict = experiment.Judge(s, r.Base, experiment.Window{From: 100, To: 100}, experiment.Window{From: 100, To: 100}, 0)
 		return judgeSoak(r)
 	}
 	steady := func(v float64) func(int) float64 { return func(int) float64 { return v } }

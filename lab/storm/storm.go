@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/leveehq/levee/lab/drive"
+	"github.com/leveehq/levee/lab/experiment"
 )
 
 // Mode is what Run does.
@@ -92,11 +93,11 @@ type Config struct {
 
 	Local      drive.LocalConfig
 	Compose    drive.ComposeConfig
-	Clients    Clients
-	Capacity   CapacityConfig
-	Experiment Experiment
-	Grid       Grid
-	Ramp       Ramp
+	Clients    experiment.Clients
+	Capacity   experiment.CapacityConfig
+	Experiment experiment.Spec
+	Grid       experiment.Grid
+	Ramp       experiment.Ramp
 	Faults     Faults
 	Soak       Soak
 	// Sim is the simulated fleet of SimMode (its Guarded and Budget are
@@ -122,11 +123,11 @@ func DefaultConfig() Config {
 		Source:     Local,
 		Fleets:     []string{"levee", "control"},
 		Local:      drive.DefaultLocal(),
-		Clients:    DefaultClients(),
-		Capacity:   DefaultCapacity(),
-		Experiment: DefaultExperiment(),
-		Grid:       DefaultGrid(),
-		Ramp:       DefaultRamp(),
+		Clients:    experiment.DefaultClients(),
+		Capacity:   experiment.DefaultCapacity(),
+		Experiment: experiment.DefaultSpec(),
+		Grid:       experiment.DefaultGrid(),
+		Ramp:       experiment.DefaultRamp(),
 		Soak:       DefaultSoak(),
 		Sim:        SeedScale(false, NoBudget),
 	}
@@ -182,7 +183,7 @@ func (c Config) Validate() error {
 
 // Report is what Run found.
 type Report struct {
-	Results []*Result
+	Results []*experiment.Result
 	// Faults are the fault suite's results (FaultsMode).
 	Faults []FaultResult
 	// Soak is the soak's result (SoakMode).
@@ -210,7 +211,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Mode == SimMode {
 		return runSims(cfg)
 	}
-	q, err := newRequest(cfg.Local.Params)
+	q, err := experiment.NewRequest(cfg.Local.Params)
 	if err != nil {
 		return nil, err
 	}
@@ -232,14 +233,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		return rep, err
 	}
-	var exps []Experiment
+	var exps []experiment.Spec
 	switch cfg.Mode {
 	case Single:
-		exps = []Experiment{cfg.Experiment}
+		exps = []experiment.Spec{cfg.Experiment}
 	case GridMode:
-		exps = cfg.Grid.cells(cfg.Experiment)
+		exps = cfg.Grid.Cells(cfg.Experiment)
 	case RampMode:
-		exps = []Experiment{cfg.Ramp.experiment(cfg.Experiment)}
+		exps = []experiment.Spec{cfg.Ramp.Spec(cfg.Experiment)}
 	}
 	fleets := cfg.Fleets
 	if cfg.Source == Target {
@@ -301,13 +302,13 @@ func runSims(cfg Config) (*Report, error) {
 }
 
 // runOne starts the named fleet, measures it, runs e and stops the fleet.
-func runOne(ctx context.Context, cfg Config, name string, q request, e Experiment) (_ *Result, err error) {
+func runOne(ctx context.Context, cfg Config, name string, q experiment.Request, e experiment.Spec) (_ *experiment.Result, err error) {
 	f, err := startFleet(ctx, cfg, name)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, f.Close()) }()
-	capacity, err := measureCapacity(ctx, f.Target, f.TLS, q, cfg.Capacity)
+	capacity, err := experiment.MeasureCapacity(ctx, f.Target, f.TLS, q, cfg.Capacity)
 	if err != nil {
 		return nil, err
 	}
@@ -317,7 +318,7 @@ func runOne(ctx context.Context, cfg Config, name string, q request, e Experimen
 	if err := sleepCtx(ctx, 2*time.Second); err != nil {
 		return nil, err
 	}
-	return runExperiment(ctx, f, cfg.Clients, q, capacity, e, cfg.Logger)
+	return experiment.Run(ctx, f, cfg.Clients, q, capacity, e, cfg.Logger)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -332,14 +333,14 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 // summaryLine is one result in a line.
-func summaryLine(r *Result) string {
+func summaryLine(r *experiment.Result) string {
 	v := r.Verdict
 	rec := v.String()
 	if v.Stuck {
 		rec = "STUCK"
 	}
 	return fmt.Sprintf("%-7s %-32s load %.2f C (C = %.0f/s): baseline %.0f/s (%.1f %% ok), after %.0f/s (%.1f %% of baseline), %s, wasted %.0f, baseline p99 %v (unloaded p99 + 3 p50: %v)",
-		r.Fleet, r.Experiment.Trigger.String(), r.Experiment.Load, r.Capacity.PerSecond, v.Baseline, 100*v.BaselineRatio,
+		r.Fleet, r.Spec.Trigger.String(), r.Spec.Load, r.Capacity.PerSecond, v.Baseline, 100*v.BaselineRatio,
 		v.After, 100*v.AfterFraction, rec, v.Wasted, v.LatencyP99.Round(100*time.Microsecond), r.Capacity.HealthyP99Bound().Round(100*time.Microsecond))
 }
 
@@ -359,7 +360,15 @@ func writeFile(path string, write func(io.Writer) error) error {
 }
 
 // fileName names a result's files: fleet, trigger, duration, load, seed.
-func (r *Result) fileName() string {
-	e := r.Experiment
-	return fmt.Sprintf("%s-%s-%ds-load%03.0f-seed%d", r.Fleet, e.Trigger.Kind, int(e.triggerDuration()/time.Second), 100*e.Load, e.Seed)
+func fileName(r *experiment.Result) string {
+	e := r.Spec
+	return fmt.Sprintf("%s-%s-%ds-load%03.0f-seed%d", r.Fleet, e.Trigger.Kind, int(e.TriggerDuration()/time.Second), 100*e.Load, e.Seed)
+}
+
+// truncate bounds user text quoted back in errors.
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/leveehq/levee/internal/flagenv"
 	"github.com/leveehq/levee/lab/drive"
+	"github.com/leveehq/levee/lab/experiment"
 	"github.com/leveehq/levee/lab/storm"
 )
 
@@ -218,15 +219,15 @@ func parseStorm(args []string, stderr io.Writer, lookup func(string) (string, bo
 	cfg.TargetMetrics = flagenv.List(*targetMetrics)
 	cfg.Local.VerifierFlags, cfg.Local.GatewayFlags, cfg.Local.BudgetdFlags = strings.Fields(*vflags), strings.Fields(*gflags), strings.Fields(*bflags)
 	var err error
-	if c.Mix, err = storm.ParseMix(*mix); err != nil {
+	if c.Mix, err = experiment.ParseMix(*mix); err != nil {
 		return cfg, false, err
 	}
 	if *pris != "" {
-		if c.Priorities, err = storm.ParsePriorities(*pris); err != nil {
+		if c.Priorities, err = experiment.ParsePriorities(*pris); err != nil {
 			return cfg, false, err
 		}
 	}
-	if e.Trigger, err = storm.ParseTrigger(*trigger, e.Trigger); err != nil {
+	if e.Trigger, err = experiment.ParseTrigger(*trigger, e.Trigger); err != nil {
 		return cfg, false, err
 	}
 	if btoi(*grid)+btoi(*ramp)+btoi(*sim)+btoi(*faults)+btoi(*soak > 0) > 1 {
@@ -250,7 +251,7 @@ func parseStorm(args []string, stderr io.Writer, lookup func(string) (string, bo
 		cfg.Mode = storm.GridMode
 		cfg.Grid.Triggers = nil
 		for _, t := range flagenv.List(*gridTriggers) {
-			tr, err := storm.ParseTrigger(t, e.Trigger)
+			tr, err := experiment.ParseTrigger(t, e.Trigger)
 			if err != nil {
 				return cfg, false, fmt.Errorf("storm: -grid-triggers: %w", err)
 			}

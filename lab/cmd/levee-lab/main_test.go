@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leveehq/levee/lab/experiment"
 	"github.com/leveehq/levee/lab/storm"
 	"github.com/leveehq/levee/pkg/callmeta"
 )
@@ -24,11 +25,11 @@ func TestParseStorm(t *testing.T) {
 		t.Fatalf("%v (%s)", err, stderr.String())
 	}
 	e := cfg.Experiment
-	if !verbose || cfg.Mode != storm.Single || e.Trigger.Kind != storm.CPU || e.Trigger.Targets != "verifier-1" ||
+	if !verbose || cfg.Mode != storm.Single || e.Trigger.Kind != experiment.CPU || e.Trigger.Targets != "verifier-1" ||
 		e.Trigger.Duration != 20*time.Second || e.Trigger.CPU != 0.2 || e.Load != 0.9 {
 		t.Errorf("got mode %v, trigger %+v, load %v, verbose %v", cfg.Mode, e.Trigger, e.Load, verbose)
 	}
-	if cfg.Clients.Mix[storm.Naive] != 0.5 || cfg.Clients.Mix[storm.Levee] != 0.5 || cfg.Clients.Priorities[callmeta.Critical] != 1 {
+	if cfg.Clients.Mix[experiment.Naive] != 0.5 || cfg.Clients.Mix[experiment.Levee] != 0.5 || cfg.Clients.Priorities[callmeta.Critical] != 1 {
 		t.Errorf("mix %v, priorities %v", cfg.Clients.Mix, cfg.Clients.Priorities)
 	}
 	if strings.Join(cfg.Fleets, ",") != "levee" || cfg.Local.Dir != filepath.Join("o", "fleet") {
@@ -42,7 +43,7 @@ func TestParseStorm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Mode != storm.GridMode || len(cfg.Grid.Triggers) != 2 || cfg.Grid.Triggers[1].Kind != storm.Knob ||
+	if cfg.Mode != storm.GridMode || len(cfg.Grid.Triggers) != 2 || cfg.Grid.Triggers[1].Kind != experiment.Knob ||
 		len(cfg.Grid.Durations) != 2 || cfg.Grid.Durations[1] != 5*time.Second || len(cfg.Grid.Loads) != 1 {
 		t.Errorf("grid %+v", cfg.Grid)
 	}

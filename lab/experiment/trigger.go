@@ -1,4 +1,4 @@
-package storm
+package experiment
 
 import (
 	"context"
@@ -52,7 +52,7 @@ var triggerKinds = []TriggerKind{None, Stop, Kill, CPU, Knob, Spike, Restart, Pa
 // Trigger is one fault, applied for Duration once the baseline is over.
 type Trigger struct {
 	Kind TriggerKind
-	// Targets selects the members it acts on (drive.Fleet.Select): by default
+	// Targets selects the members it acts on (Fleet.Select): by default
 	// "verifiers", the fleet's capacity.
 	Targets  string
 	Duration time.Duration
@@ -184,7 +184,7 @@ func (t Trigger) begin(ctx context.Context, f *drive.Fleet) (undo func(context.C
 		switch t.Kind {
 		case Knob:
 			if err := f.SetKnob(ctx, m, t.WorkerFraction, t.Slowdown, t.Duration); err != nil {
-				return nil, fmt.Errorf("storm: capacity knob of %s: %w", m.Name, err)
+				return nil, fmt.Errorf("experiment: capacity knob of %s: %w", m.Name, err)
 			}
 			undos = append(undos, func(ctx context.Context) error { return f.SetKnob(ctx, m, 1, 1, 0) })
 		case Stop:
@@ -205,7 +205,7 @@ func (t Trigger) begin(ctx context.Context, f *drive.Fleet) (undo func(context.C
 		case Partition:
 			peers := f.ByRole(drive.RoleBudgetd)
 			if len(peers) == 0 {
-				return nil, fmt.Errorf("storm: the %s fleet has no budgetd to cut %s off from", f.Name, m.Name)
+				return nil, fmt.Errorf("experiment: the %s fleet has no budgetd to cut %s off from", f.Name, m.Name)
 			}
 			if err := m.Partition(peers); err != nil {
 				return nil, err

@@ -1,4 +1,4 @@
-package storm
+package experiment
 
 import (
 	"math"
@@ -16,7 +16,7 @@ func constant(n int, v float64) []float64 {
 }
 
 func TestVerdictOf(t *testing.T) {
-	base, trig, obs := window{2, 12}, window{12, 22}, window{22, 52}
+	base, trig, obs := Window{2, 12}, Window{12, 22}, Window{22, 52}
 	const n = 60
 	tests := []struct {
 		name       string
@@ -32,7 +32,7 @@ func TestVerdictOf(t *testing.T) {
 	}, {
 		name: "down during the trigger, back 5 s after it",
 		shape: func(ok, ended []float64) {
-			for i := trig.from; i < trig.to+5; i++ {
+			for i := trig.From; i < trig.To+5; i++ {
 				ok[i] = 0
 			}
 		},
@@ -40,7 +40,7 @@ func TestVerdictOf(t *testing.T) {
 	}, {
 		name: "stuck at half for good",
 		shape: func(ok, ended []float64) {
-			for i := trig.from; i < n; i++ {
+			for i := trig.From; i < n; i++ {
 				ok[i] = 50
 			}
 		},
@@ -48,7 +48,7 @@ func TestVerdictOf(t *testing.T) {
 	}, {
 		name: "94 % is not back",
 		shape: func(ok, ended []float64) {
-			for i := trig.from; i < n; i++ {
+			for i := trig.From; i < n; i++ {
 				ok[i] = 94
 			}
 		},
@@ -56,7 +56,7 @@ func TestVerdictOf(t *testing.T) {
 	}, {
 		name: "a window needs all of its seconds: one good second among bad ones is not recovery",
 		shape: func(ok, ended []float64) {
-			for i := trig.from; i < n; i++ {
+			for i := trig.From; i < n; i++ {
 				ok[i] = 0
 			}
 			ok[30] = 100
@@ -87,7 +87,7 @@ func TestVerdictOf(t *testing.T) {
 // TestVerdictNotJudgedWithoutAWatch: healthy load alone (no trigger, no
 // time after it) is neither recovered nor stuck.
 func TestVerdictNotJudgedWithoutAWatch(t *testing.T) {
-	base, trig, obs := window{2, 32}, window{32, 32}, window{32, 32}
+	base, trig, obs := Window{2, 32}, Window{32, 32}, Window{32, 32}
 	ok, ended := constant(34, 100), constant(34, 100)
 	v := verdictOf(ok, ok, ended, base, trig, obs, 10)
 	if v.Recovered || v.Stuck || v.String() != "not judged" {
@@ -101,9 +101,9 @@ func TestVerdictNotJudgedWithoutAWatch(t *testing.T) {
 // TestVerdictRelativeToBaseline: a fleet that refuses 20 % when healthy has
 // recovered when it is back to refusing 20 %, not only at 100 %.
 func TestVerdictRelativeToBaseline(t *testing.T) {
-	base, trig, obs := window{0, 10}, window{10, 20}, window{20, 40}
+	base, trig, obs := Window{0, 10}, Window{10, 20}, Window{20, 40}
 	ok, ended := constant(40, 80), constant(40, 100)
-	for i := trig.from; i < trig.to; i++ {
+	for i := trig.From; i < trig.To; i++ {
 		ok[i] = 0
 	}
 	v := verdictOf(ok, ok, ended, base, trig, obs, 10)
@@ -116,13 +116,13 @@ func TestVerdictRelativeToBaseline(t *testing.T) {
 // until then: recovery is counted from the second the undo completed in,
 // not from the scheduled end; a prompt undo changes nothing.
 func TestUntilLifted(t *testing.T) {
-	trig, obs := window{10, 30}, window{30, 60}
+	trig, obs := Window{10, 30}, Window{30, 60}
 	for _, tc := range []struct {
 		lifted            time.Duration
-		wantTrig, wantObs window
+		wantTrig, wantObs Window
 	}{
 		{30*time.Second + 40*time.Millisecond, trig, obs}, // SIGCONT: at once
-		{32*time.Second + 700*time.Millisecond, window{10, 32}, window{32, 60}},
+		{32*time.Second + 700*time.Millisecond, Window{10, 32}, Window{32, 60}},
 		{0, trig, obs},                // never lifted (an error ended the run)
 		{75 * time.Second, trig, obs}, // past the watch: nothing to judge from
 	} {

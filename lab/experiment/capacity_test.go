@@ -1,4 +1,4 @@
-package storm
+package experiment
 
 import (
 	"context"
@@ -44,7 +44,7 @@ func TestCapacityLeavesTheFleetDrained(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := CapacityConfig{Callers: 8, Measure: time.Second, Deadline: 2 * time.Second, Unloaded: 20}
-	res, err := measureCapacity(ctx, addr, nil, request{hash: "stored", password: []byte("pw")}, c)
+	res, err := MeasureCapacity(ctx, addr, nil, Request{hash: "stored", password: []byte("pw")}, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestCapacityOfAQueueLongerThanTheDeadline(t *testing.T) {
 	defer cancel()
 	// 8 callers queue 400 ms of work, twice the deadline.
 	c := CapacityConfig{Callers: 8, Measure: 2 * time.Second, Deadline: 200 * time.Millisecond, Unloaded: 20}
-	res, err := measureCapacity(ctx, addr, nil, request{hash: "stored", password: []byte("pw")}, c)
+	res, err := MeasureCapacity(ctx, addr, nil, Request{hash: "stored", password: []byte("pw")}, c)
 	if err != nil {
 		t.Fatal(err)
 	}

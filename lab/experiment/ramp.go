@@ -1,16 +1,10 @@
-package storm
+package experiment
 
 import (
 	"errors"
 	"fmt"
-	"image/color"
 	"math"
 	"time"
-
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
 )
 
 // Ramp is the triangle of load that shows hysteresis: Hold at Low, up to
@@ -31,7 +25,7 @@ func DefaultRamp() Ramp {
 // Validate reports every invalid field.
 func (r Ramp) Validate() error {
 	if !(r.Low > 0 && r.High > r.Low && r.High <= 100) || r.Hold < 5*time.Second || r.Up < time.Second || r.Down < time.Second {
-		return fmt.Errorf("storm: ramp: want 0 < low < high ≤ 100, hold ≥ 5s, up and down ≥ 1s; got %v, %v, %v, %v, %v",
+		return fmt.Errorf("experiment: ramp: want 0 < low < high ≤ 100, hold ≥ 5s, up and down ≥ 1s; got %v, %v, %v, %v, %v",
 			r.Low, r.High, r.Hold, r.Up, r.Down)
 	}
 	return nil
@@ -56,7 +50,7 @@ func (r Ramp) profile(t time.Duration) float64 {
 
 // experiment is the ramp as an experiment: the first hold is the baseline,
 // the ramp itself the "trigger" span, the last hold what is judged.
-func (r Ramp) experiment(template Experiment) Experiment {
+func (r Ramp) Spec(template Spec) Spec {
 	e := template
 	e.Warmup = 0
 	e.Baseline = r.Hold
@@ -80,9 +74,9 @@ type Hysteresis struct {
 }
 
 // hysteresis bins the ramp's seconds by offered load.
-func hysteresis(r *Result, ramp Ramp) (Hysteresis, error) {
+func (ramp Ramp) Hysteresis(r *Result) (Hysteresis, error) {
 	if r.Capacity.PerSecond <= 0 {
-		return Hysteresis{}, errors.New("storm: ramp without a capacity")
+		return Hysteresis{}, errors.New("experiment: ramp without a capacity")
 	}
 	offered, goodput := r.Series.Offered(), r.Series.Goodput()
 	const perDecade = 6
@@ -90,8 +84,8 @@ func hysteresis(r *Result, ramp Ramp) (Hysteresis, error) {
 	n := int(math.Ceil((hi-lo)*perDecade)) + 1
 	var h Hysteresis
 	upSum, upN, downSum, downN := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
-	peak := r.Trig.from + int(ramp.Up/time.Second)
-	for i := r.Trig.from; i < min(r.Trig.to, len(offered)); i++ {
+	peak := r.Trig.From + int(ramp.Up/time.Second)
+	for i := r.Trig.From; i < min(r.Trig.To, len(offered)); i++ {
 		// Bin by the load the lab meant to offer this second, not by the
 		// Poisson count, which scatters a bin's seconds into its neighbours.
 		load := ramp.profile(time.Duration(i)*time.Second + 500*time.Millisecond)
@@ -116,59 +110,4 @@ func hysteresis(r *Result, ramp Ramp) (Hysteresis, error) {
 		}
 	}
 	return h, nil
-}
-
-// plotRamp draws goodput against offered load, on the way up and on the way
-// down, for each fleet.
-func plotRamp(rs []*Result, ramp Ramp, path string) error {
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("triangle ramp %.1f C → %.0f C → %.1f C: goodput against offered load", ramp.Low, ramp.High, ramp.Low)
-	p.X.Label.Text = "offered logical requests (× capacity)"
-	p.Y.Label.Text = "goodput (× capacity)"
-	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	for _, r := range rs {
-		h, err := hysteresis(r, ramp)
-		if err != nil {
-			return err
-		}
-		for _, dir := range []struct {
-			name   string
-			ys     []float64
-			dashed bool
-		}{{"up", h.Up, false}, {"down", h.Down, true}} {
-			var pts plotter.XYs
-			for b, y := range dir.ys {
-				if !math.IsNaN(y) {
-					pts = append(pts, plotter.XY{X: h.Bins[b], Y: y})
-				}
-			}
-			if err := addLine(p, fmt.Sprintf("%s, way %s", r.Fleet, dir.name), pts, fleetColor(r.Fleet), vg.Points(2), dir.dashed); err != nil {
-				return err
-			}
-			if len(pts) > 0 {
-				sc, err := plotter.NewScatter(pts)
-				if err != nil {
-					return err
-				}
-				sc.GlyphStyle.Color = fleetColor(r.Fleet)
-				sc.GlyphStyle.Shape = draw.CircleGlyph{}
-				if dir.dashed {
-					sc.GlyphStyle.Shape = draw.BoxGlyph{}
-				}
-				p.Add(sc)
-			}
-		}
-	}
-	ideal, err := plotter.NewLine(plotter.XYs{{X: ramp.Low, Y: ramp.Low}, {X: 1, Y: 1}, {X: ramp.High, Y: 1}})
-	if err != nil {
-		return err
-	}
-	ideal.LineStyle.Color = color.Gray{Y: 180}
-	ideal.LineStyle.Dashes = []vg.Length{vg.Points(1), vg.Points(3)}
-	p.Add(ideal)
-	p.Legend.Add("min(offered, C)", ideal)
-	p.Legend.Top, p.Legend.Left = true, true
-	p.Y.Min = 0
-	return p.Save(8*vg.Inch, 5*vg.Inch, path)
 }

@@ -1,4 +1,4 @@
-package storm
+package experiment
 
 import (
 	"context"
@@ -78,13 +78,13 @@ func (c CapacityConfig) Validate() error {
 	// The unloaded calls and their deadline are used whether or not C is
 	// fixed.
 	if c.Deadline <= 0 || c.Unloaded < 0 || c.Unloaded > 100_000 {
-		return fmt.Errorf("storm: capacity: want deadline > 0, 0–100000 unloaded calls; got %v, %d", c.Deadline, c.Unloaded)
+		return fmt.Errorf("experiment: capacity: want deadline > 0, 0–100000 unloaded calls; got %v, %d", c.Deadline, c.Unloaded)
 	}
 	if c.Fixed > 0 {
 		return nil
 	}
 	if c.Callers < 1 || c.Callers > 4096 || c.Warmup < 0 || c.Measure < time.Second || c.Pause < 0 {
-		return fmt.Errorf("storm: capacity: want 1–4096 callers, warm-up ≥ 0, measure ≥ 1s, pause ≥ 0; got %d, %v, %v, %v",
+		return fmt.Errorf("experiment: capacity: want 1–4096 callers, warm-up ≥ 0, measure ≥ 1s, pause ≥ 0; got %d, %v, %v, %v",
 			c.Callers, c.Warmup, c.Measure, c.Pause)
 	}
 	return nil
@@ -94,7 +94,7 @@ func (c CapacityConfig) Validate() error {
 // (fresh processes fault their pages in on the first hashes), and returns
 // the median and p99 of their latency. Every call must succeed: a fleet
 // that refuses a lone caller is not ready to be measured.
-func measureUnloaded(ctx context.Context, rpc verifyv1.VerifyServiceClient, q request, n int, deadline time.Duration) (p50, p99 time.Duration, err error) {
+func measureUnloaded(ctx context.Context, rpc verifyv1.VerifyServiceClient, q Request, n int, deadline time.Duration) (p50, p99 time.Duration, err error) {
 	if n <= 0 {
 		return 0, 0, nil
 	}
@@ -102,7 +102,7 @@ func measureUnloaded(ctx context.Context, rpc verifyv1.VerifyServiceClient, q re
 	for i := range n + n/10 {
 		d, err := timedVerify(ctx, rpc, q, deadline)
 		if err != nil {
-			return 0, 0, fmt.Errorf("storm: unloaded call %d of %d: %w", i+1, n+n/10, err)
+			return 0, 0, fmt.Errorf("experiment: unloaded call %d of %d: %w", i+1, n+n/10, err)
 		}
 		if i >= n/10 {
 			took = append(took, d)
@@ -115,7 +115,7 @@ func measureUnloaded(ctx context.Context, rpc verifyv1.VerifyServiceClient, q re
 
 // timedVerify sends one call of q under deadline and returns how long its
 // answer took.
-func timedVerify(ctx context.Context, rpc verifyv1.VerifyServiceClient, q request, deadline time.Duration) (time.Duration, error) {
+func timedVerify(ctx context.Context, rpc verifyv1.VerifyServiceClient, q Request, deadline time.Duration) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	began := time.Now()
@@ -123,14 +123,14 @@ func timedVerify(ctx context.Context, rpc verifyv1.VerifyServiceClient, q reques
 	return time.Since(began), err
 }
 
-// measureCapacity saturates the fleet at target with closed-loop callers
+// MeasureCapacity saturates the fleet at target with closed-loop callers
 // and returns its goodput in successful verifications per second: C. A
 // closed loop is right here, and only here: it measures what the fleet can
 // do when it always has work, which an open loop at an unknown rate cannot.
-func measureCapacity(parent context.Context, target string, id *mtls.Source, q request, c CapacityConfig) (Capacity, error) {
+func MeasureCapacity(parent context.Context, target string, id *mtls.Source, q Request, c CapacityConfig) (Capacity, error) {
 	cc, err := grpc.NewClient(target, id.DialOption(""), grpc.WithDisableRetry())
 	if err != nil {
-		return Capacity{}, fmt.Errorf("storm: capacity: %w", err)
+		return Capacity{}, fmt.Errorf("experiment: capacity: %w", err)
 	}
 	defer cc.Close()
 	rpc := verifyv1.NewVerifyServiceClient(cc)
@@ -196,7 +196,7 @@ func measureCapacity(parent context.Context, target string, id *mtls.Source, q r
 	}
 	if ok.Load() == 0 {
 		e, _ := firstErr.Load().(error)
-		return Capacity{}, fmt.Errorf("storm: capacity: no verification succeeded in %v (%d failed; first: %v)", took.Round(time.Millisecond), failed.Load(), e)
+		return Capacity{}, fmt.Errorf("experiment: capacity: no verification succeeded in %v (%d failed; first: %v)", took.Round(time.Millisecond), failed.Load(), e)
 	}
 	res.PerSecond = float64(ok.Load()) / took.Seconds()
 	if err := awaitDrained(parent, rpc, q, res, c); err != nil {
@@ -234,7 +234,7 @@ const drainedStreak = 3
 // one worker's time to hash twice the callers' calls (calls that timed out
 // in a queue were sent again); without unloaded figures to judge by it
 // does not wait.
-func awaitDrained(parent context.Context, rpc verifyv1.VerifyServiceClient, q request, res Capacity, c CapacityConfig) error {
+func awaitDrained(parent context.Context, rpc verifyv1.VerifyServiceClient, q Request, res Capacity, c CapacityConfig) error {
 	if res.UnloadedP99 <= 0 {
 		return nil
 	}
@@ -254,7 +254,7 @@ func awaitDrained(parent context.Context, rpc verifyv1.VerifyServiceClient, q re
 			if err := parent.Err(); err != nil {
 				return err
 			}
-			return fmt.Errorf("storm: capacity: the fleet had not drained the measurement's calls %v after it: lone calls took up to %v, want ≤ %v",
+			return fmt.Errorf("experiment: capacity: the fleet had not drained the measurement's calls %v after it: lone calls took up to %v, want ≤ %v",
 				bound, slowest.Round(time.Millisecond), fast.Round(time.Millisecond))
 		}
 	}

@@ -1,4 +1,4 @@
-package storm
+package experiment
 
 import (
 	"strings"

@@ -1,4 +1,4 @@
-package storm
+package experiment
 
 import (
 	"time"
@@ -9,7 +9,7 @@ import (
 // Recovery is judged on windows of this many seconds of arrivals: one second
 // of Poisson arrivals at 70/s varies by 12 %, three by 7 %, and the success
 // ratio of those arrivals (successes ÷ arrivals) varies far less than either.
-const recoveryWindow = 3
+const RecoveryWindow = 3
 
 // RecoveredFraction is the share of its baseline a fleet must be back to:
 // recovered means the logical requests arriving over a window succeed at 95 %
@@ -60,13 +60,13 @@ func (v Verdict) String() string {
 	return "not judged"
 }
 
-// window is a span of seconds of an experiment, [from, to).
-type window struct{ from, to int }
+// Window is a span of seconds of an experiment, [From, To).
+type Window struct{ From, To int }
 
 // judge computes the verdict of a series whose baseline, trigger and
 // observation spans are given in seconds; afterWindow is how many final
 // seconds "after" averages over.
-func judge(s *observe.Series, base, trig, obs window, afterWindow int) Verdict {
+func Judge(s *observe.Series, base, trig, obs Window, afterWindow int) Verdict {
 	n := s.Len()
 	arrOK, arrEnded := make([]float64, n), make([]float64, n)
 	var first, retries float64
@@ -82,37 +82,37 @@ func judge(s *observe.Series, base, trig, obs window, afterWindow int) Verdict {
 	if first > 0 {
 		v.RetryRatio = retries / first
 	}
-	v.LatencyP50 = s.LatencyQuantile(base.from, base.to, 0.5)
-	v.LatencyP99 = s.LatencyQuantile(base.from, base.to, 0.99)
+	v.LatencyP50 = s.LatencyQuantile(base.From, base.To, 0.5)
+	v.LatencyP99 = s.LatencyQuantile(base.From, base.To, 0.99)
 	wasted := s.Scraped(observe.ColWasted)
-	v.Wasted, v.WastedAfter = observe.SumKnown(wasted, 0, n), observe.SumKnown(wasted, trig.to, n)
+	v.Wasted, v.WastedAfter = observe.SumKnown(wasted, 0, n), observe.SumKnown(wasted, trig.To, n)
 	return v
 }
 
 // verdictOf is judge on plain per-second counts: goodput by the second a
 // logical request ended, and successes and endings by the second it arrived.
-func verdictOf(goodput, arrOK, arrEnded []float64, base, trig, obs window, afterWindow int) Verdict {
+func verdictOf(goodput, arrOK, arrEnded []float64, base, trig, obs Window, afterWindow int) Verdict {
 	var v Verdict
-	v.Baseline = observe.Mean(goodput, base.from, base.to)
-	v.BaselineRatio = ratio(arrOK, arrEnded, base.from, base.to)
-	v.During = observe.Mean(goodput, trig.from, trig.to)
-	last := window{max(obs.to-afterWindow, obs.from), obs.to}
-	v.After = observe.Mean(goodput, last.from, last.to)
-	v.AfterRatio = ratio(arrOK, arrEnded, last.from, last.to)
+	v.Baseline = observe.Mean(goodput, base.From, base.To)
+	v.BaselineRatio = ratio(arrOK, arrEnded, base.From, base.To)
+	v.During = observe.Mean(goodput, trig.From, trig.To)
+	last := Window{max(obs.To-afterWindow, obs.From), obs.To}
+	v.After = observe.Mean(goodput, last.From, last.To)
+	v.AfterRatio = ratio(arrOK, arrEnded, last.From, last.To)
 	if v.BaselineRatio > 0 {
 		v.AfterFraction = v.AfterRatio / v.BaselineRatio
 	}
 	want := RecoveredFraction * v.BaselineRatio
-	for s := trig.to; s+recoveryWindow <= obs.to; s++ {
-		if r := ratio(arrOK, arrEnded, s, s+recoveryWindow); v.BaselineRatio > 0 && r >= want {
+	for s := trig.To; s+RecoveryWindow <= obs.To; s++ {
+		if r := ratio(arrOK, arrEnded, s, s+RecoveryWindow); v.BaselineRatio > 0 && r >= want {
 			v.Recovered = true
-			v.Recovery = time.Duration(s-trig.to) * time.Second
+			v.Recovery = time.Duration(s-trig.To) * time.Second
 			break
 		}
 	}
 	// A run with less than one window after its trigger (an experiment with
 	// no trigger and no watch: healthy load only) is not judged either way.
-	v.Stuck = !v.Recovered && obs.to-trig.to >= recoveryWindow
+	v.Stuck = !v.Recovered && obs.To-trig.To >= RecoveryWindow
 	return v
 }
 

@@ -1,4 +1,4 @@
-package storm
+package experiment
 
 import (
 	"context"
@@ -26,7 +26,7 @@ import (
 // clients, all recording into one series.
 type population struct {
 	cfg     Clients
-	q       request
+	q       Request
 	s       *observe.Series
 	conns   []*grpc.ClientConn
 	rpcs    []verifyv1.VerifyServiceClient
@@ -45,7 +45,7 @@ type population struct {
 // newPopulation dials the target and, for the levee population, starts
 // cfg.Levee.Processes budget clients against budgetdTarget ("" means no
 // budget: pkg/client then never retries).
-func newPopulation(cfg Clients, q request, target, budgetdTarget string, id *mtls.Source, s *observe.Series, log *slog.Logger) (*population, error) {
+func newPopulation(cfg Clients, q Request, target, budgetdTarget string, id *mtls.Source, s *observe.Series, log *slog.Logger) (*population, error) {
 	p := &population{cfg: cfg, q: q, s: s}
 	for k, share := range cfg.Mix {
 		if share > 0 {
@@ -66,7 +66,7 @@ func newPopulation(cfg Clients, q request, target, budgetdTarget string, id *mtl
 		cc, err := grpc.NewClient(target, id.DialOption(""), grpc.WithDisableRetry())
 		if err != nil {
 			p.close()
-			return nil, fmt.Errorf("storm: dial %s: %w", target, err)
+			return nil, fmt.Errorf("experiment: dial %s: %w", target, err)
 		}
 		p.conns = append(p.conns, cc)
 		p.rpcs = append(p.rpcs, verifyv1.NewVerifyServiceClient(recordingConn{cc: cc, s: s}))
@@ -87,20 +87,20 @@ func newPopulation(cfg Clients, q request, target, budgetdTarget string, id *mtl
 				b, err := budget.New(bc)
 				if err != nil {
 					p.close()
-					return nil, fmt.Errorf("storm: budget client: %w", err)
+					return nil, fmt.Errorf("experiment: budget client: %w", err)
 				}
 				p.budgets = append(p.budgets, b)
 				key, err := b.Key(cc.BudgetKey)
 				if err != nil {
 					p.close()
-					return nil, fmt.Errorf("storm: budget key: %w", err)
+					return nil, fmt.Errorf("experiment: budget key: %w", err)
 				}
 				ccfg.Budget = key
 			}
 			lc, err := client.New(recordingConn{cc: p.conns[i%len(p.conns)], s: s}, ccfg)
 			if err != nil {
 				p.close()
-				return nil, fmt.Errorf("storm: levee client: %w", err)
+				return nil, fmt.Errorf("experiment: levee client: %w", err)
 			}
 			p.levee = append(p.levee, lc)
 		}
@@ -235,4 +235,4 @@ func (p *population) one(ctx context.Context, kind Kind, pri callmeta.Priority, 
 }
 
 // errNoTarget is returned when a fleet has no Verify address to call.
-var errNoTarget = errors.New("storm: the fleet has no target address")
+var errNoTarget = errors.New("experiment: the fleet has no target address")

@@ -1,4 +1,4 @@
-package storm
+package experiment
 
 import (
 	"context"
@@ -43,7 +43,7 @@ const (
 	NoDeadline Kind = "nodeadline"
 )
 
-var kinds = []Kind{Naive, Levee, Human, NoDeadline}
+var Kinds = []Kind{Naive, Levee, Human, NoDeadline}
 
 // Clients describes the populations calling the fleet.
 type Clients struct {
@@ -116,7 +116,7 @@ func (c Clients) Validate() error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	total := 0.0
 	for k, s := range c.Mix {
-		if !slices.Contains(kinds, k) {
+		if !slices.Contains(Kinds, k) {
 			bad("clients: unknown population %q (want naive, levee, human or nodeadline)", k)
 		}
 		if !(s >= 0) || math.IsInf(s, 0) {
@@ -196,7 +196,7 @@ func ParseMix(s string) (map[Kind]float64, error) {
 	out := map[Kind]float64{}
 	err := parseShares(s, func(name string, share float64) error {
 		k := Kind(name)
-		if !slices.Contains(kinds, k) {
+		if !slices.Contains(Kinds, k) {
 			return fmt.Errorf("unknown population %q (want naive, levee, human or nodeadline)", truncate(name))
 		}
 		if _, dup := out[k]; dup {
@@ -345,14 +345,14 @@ func classify(ctx context.Context, err error) observe.Code {
 	return observe.CodeOther
 }
 
-// request is one logical request's target: a stored hash and the password
+// Request is one logical request's target: a stored hash and the password
 // that matches it.
-type request struct {
+type Request struct {
 	hash     string
 	password []byte
 }
 
-func (q request) verify() *verifyv1.VerifyRequest {
+func (q Request) verify() *verifyv1.VerifyRequest {
 	return &verifyv1.VerifyRequest{EncodedHash: q.hash, Password: q.password}
 }
 
@@ -360,7 +360,7 @@ func (q request) verify() *verifyv1.VerifyRequest {
 // perAttempt (none: no deadline of its own), waiting pause between them,
 // whatever each answer said: the naive SDK (pause 0) and the human (pause:
 // think time). It reports success.
-func attemptsUntilOK(ctx context.Context, rpc verifyv1.VerifyServiceClient, q request, f callmeta.Facts, n int,
+func attemptsUntilOK(ctx context.Context, rpc verifyv1.VerifyServiceClient, q Request, f callmeta.Facts, n int,
 	perAttempt, pause time.Duration, s *observe.Series) bool {
 	for a := 1; a <= n; a++ {
 		if a > 1 && pause > 0 {

@@ -1,4 +1,4 @@
-package storm
+package experiment
 
 import (
 	"context"
@@ -16,9 +16,9 @@ import (
 	"github.com/leveehq/levee/pkg/verify"
 )
 
-// Experiment is one run against one fleet: a base load, one trigger after
+// Spec is one run against one fleet: a base load, one trigger after
 // a baseline, and a watch after it.
-type Experiment struct {
+type Spec struct {
 	// Load is the offered load in logical requests per second, as a
 	// fraction of the fleet's measured capacity.
 	Load float64
@@ -39,16 +39,16 @@ type Experiment struct {
 	Seed uint64
 }
 
-// DefaultExperiment is the seed's scenario at 0.7 of capacity: a 5 s
+// DefaultSpec is the seed's scenario at 0.7 of capacity: a 5 s
 // warm-up, a 15 s baseline, the default trigger (every verifier stopped
 // 10 s), then 30 s of watching, the last 10 s of it judged.
-func DefaultExperiment() Experiment {
-	return Experiment{Load: 0.7, Warmup: 5 * time.Second, Baseline: 15 * time.Second, Trigger: DefaultTrigger(),
+func DefaultSpec() Spec {
+	return Spec{Load: 0.7, Warmup: 5 * time.Second, Baseline: 15 * time.Second, Trigger: DefaultTrigger(),
 		After: 30 * time.Second, AfterWindow: 10 * time.Second, Seed: 1}
 }
 
 // Validate reports every invalid field.
-func (e Experiment) Validate() error {
+func (e Spec) Validate() error {
 	var errs []error
 	if e.Profile == nil && !(e.Load > 0 && e.Load <= 100) {
 		errs = append(errs, fmt.Errorf("experiment: load must be in (0, 100] × capacity, got %v", e.Load))
@@ -57,8 +57,8 @@ func (e Experiment) Validate() error {
 		errs = append(errs, fmt.Errorf("experiment: want warmup ≥ 0, baseline ≥ 2s, after and its window ≥ 0; got %v, %v, %v, %v",
 			e.Warmup, e.Baseline, e.After, e.AfterWindow))
 	}
-	if e.Trigger.Kind != None && e.After < recoveryWindow*time.Second {
-		errs = append(errs, fmt.Errorf("experiment: after must be at least %ds to judge recovery, got %v", recoveryWindow, e.After))
+	if e.Trigger.Kind != None && e.After < RecoveryWindow*time.Second {
+		errs = append(errs, fmt.Errorf("experiment: after must be at least %ds to judge recovery, got %v", RecoveryWindow, e.After))
 	}
 	if e.total() > 4*time.Hour {
 		errs = append(errs, fmt.Errorf("experiment: %v is longer than 4h", e.total()))
@@ -69,21 +69,21 @@ func (e Experiment) Validate() error {
 	return errors.Join(errs...)
 }
 
-func (e Experiment) triggerDuration() time.Duration {
+func (e Spec) TriggerDuration() time.Duration {
 	if e.Trigger.Kind == None {
 		return 0
 	}
 	return e.Trigger.Duration
 }
 
-func (e Experiment) total() time.Duration {
-	return e.Warmup + e.Baseline + e.triggerDuration() + e.After
+func (e Spec) total() time.Duration {
+	return e.Warmup + e.Baseline + e.TriggerDuration() + e.After
 }
 
 // rate is the offered load at t in logical requests per second.
-func (e Experiment) rate(capacity float64) func(time.Duration) float64 {
+func (e Spec) rate(capacity float64) func(time.Duration) float64 {
 	start := e.Warmup + e.Baseline
-	end := start + e.triggerDuration()
+	end := start + e.TriggerDuration()
 	return func(t time.Duration) float64 {
 		if e.Profile != nil {
 			return e.Profile(t) * capacity
@@ -98,15 +98,15 @@ func (e Experiment) rate(capacity float64) func(time.Duration) float64 {
 
 // Result is one experiment's record.
 type Result struct {
-	Fleet      string
-	Experiment Experiment
+	Fleet string
+	Spec  Spec
 	// Capacity is what was measured before the load: C, logical requests
 	// per second, that Load is a fraction of, and the unloaded latency.
 	Capacity Capacity
 	Series   *observe.Series
 	Verdict  Verdict
 	// Spans are the judged windows in seconds since the start.
-	Base, Trig, Obs window
+	Base, Trig, Obs Window
 	// Applied is when the trigger was in force, since the start: when its
 	// signals were delivered or its limits set, which is later than
 	// Trig's first second by however long that took (a loaded Docker
@@ -118,26 +118,26 @@ type Result struct {
 	Lifted time.Duration
 }
 
-// newRequest makes the lab's stored hash: a fresh Argon2id hash of a fixed
+// NewRequest makes the lab's stored hash: a fresh Argon2id hash of a fixed
 // password under params, so that verifying it costs what the fleet's own
 // policy hashes cost and never needs a rehash.
-func newRequest(params verify.Params) (request, error) {
+func NewRequest(params verify.Params) (Request, error) {
 	v, err := verify.New(verify.Policy{Params: params, SaltLen: 16, KeyLen: 32}, verify.DefaultLimits())
 	if err != nil {
-		return request{}, fmt.Errorf("storm: hash parameters: %w", err)
+		return Request{}, fmt.Errorf("experiment: hash parameters: %w", err)
 	}
 	pw := []byte("levee storm: correct horse battery staple")
 	h, err := v.HashPassword(pw, rand.Reader)
 	if err != nil {
-		return request{}, fmt.Errorf("storm: %w", err)
+		return Request{}, fmt.Errorf("experiment: %w", err)
 	}
-	return request{hash: h.String(), password: pw}, nil
+	return Request{hash: h.String(), password: pw}, nil
 }
 
-// runExperiment runs e against f at capacity (C, logical requests per
+// Run runs e against f at capacity (C, logical requests per
 // second) with the clients, and judges it. The trigger is undone before it
 // returns, whatever happened.
-func runExperiment(ctx context.Context, f *drive.Fleet, clients Clients, q request, capacity Capacity, e Experiment, log *slog.Logger) (*Result, error) {
+func Run(ctx context.Context, f *drive.Fleet, clients Clients, q Request, capacity Capacity, e Spec, log *slog.Logger) (*Result, error) {
 	if err := e.Validate(); err != nil {
 		return nil, err
 	}
@@ -155,19 +155,19 @@ func runExperiment(ctx context.Context, f *drive.Fleet, clients Clients, q reque
 	}
 	defer pop.close()
 
-	base := window{int(e.Warmup / time.Second), int((e.Warmup + e.Baseline) / time.Second)}
-	trig := window{base.to, base.to + int(math.Ceil(e.triggerDuration().Seconds()))}
-	obs := window{trig.to, int(math.Ceil(total.Seconds()))}
+	base := Window{int(e.Warmup / time.Second), int((e.Warmup + e.Baseline) / time.Second)}
+	trig := Window{base.To, base.To + int(math.Ceil(e.TriggerDuration().Seconds()))}
+	obs := Window{trig.To, int(math.Ceil(total.Seconds()))}
 	for i := range secs {
 		phase := "drain"
 		switch {
-		case i < base.from:
+		case i < base.From:
 			phase = "warmup"
-		case i < base.to:
+		case i < base.To:
 			phase = "baseline"
-		case i < trig.to:
+		case i < trig.To:
 			phase = "trigger"
-		case i < obs.to:
+		case i < obs.To:
 			phase = "after"
 		}
 		s.SetPhase(i, phase)
@@ -205,7 +205,7 @@ func runExperiment(ctx context.Context, f *drive.Fleet, clients Clients, q reque
 		wg.Add(1)
 		go func() { // the trigger, on schedule, always undone
 			defer wg.Done()
-			at := start.Add(time.Duration(trig.from) * time.Second)
+			at := start.Add(time.Duration(trig.From) * time.Second)
 			t := time.NewTimer(time.Until(at))
 			defer t.Stop()
 			select {
@@ -229,7 +229,7 @@ func runExperiment(ctx context.Context, f *drive.Fleet, clients Clients, q reque
 			uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 			defer ucancel()
 			if err := undo(uctx); err != nil {
-				trigErr = fmt.Errorf("storm: undoing the trigger: %w", err)
+				trigErr = fmt.Errorf("experiment: undoing the trigger: %w", err)
 				cancel()
 			}
 			lifted = time.Since(start)
@@ -256,24 +256,35 @@ func runExperiment(ctx context.Context, f *drive.Fleet, clients Clients, q reque
 	// that: the trigger's span runs to the second the undo completed in,
 	// and recovery is counted from there.
 	if t, o := untilLifted(trig, obs, lifted); t != trig {
-		for i := trig.to; i < t.to; i++ {
+		for i := trig.To; i < t.To; i++ {
 			s.SetPhase(i, "trigger")
 		}
 		trig, obs = t, o
 	}
 	afterWindow := int(e.AfterWindow / time.Second)
-	res := &Result{Fleet: f.Name, Experiment: e, Capacity: capacity, Series: s, Base: base, Trig: trig, Obs: obs,
+	res := &Result{Fleet: f.Name, Spec: e, Capacity: capacity, Series: s, Base: base, Trig: trig, Obs: obs,
 		Applied: applied, Lifted: lifted}
-	res.Verdict = judge(s, base, trig, obs, afterWindow)
+	res.Verdict = Judge(s, base, trig, obs, afterWindow)
 	return res, nil
 }
 
 // untilLifted extends the trigger's span trig to the second its undo was
 // delivered in (lifted, since the start), and starts the watch obs there,
 // when that is later than scheduled and still inside the watch.
-func untilLifted(trig, obs window, lifted time.Duration) (window, window) {
-	if l := int(lifted / time.Second); l > trig.to && l < obs.to {
-		trig.to, obs.from = l, l
+func untilLifted(trig, obs Window, lifted time.Duration) (Window, Window) {
+	if l := int(lifted / time.Second); l > trig.To && l < obs.To {
+		trig.To, obs.From = l, l
 	}
 	return trig, obs
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

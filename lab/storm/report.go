@@ -14,6 +14,7 @@ import (
 
 	"github.com/leveehq/levee/lab/experiment"
 	"github.com/leveehq/levee/lab/observe"
+	"github.com/leveehq/levee/lab/sim"
 )
 
 // write puts the report's files under dir: a CSV of each run's seconds
@@ -243,28 +244,28 @@ func afterWindowOf(rs []*experiment.Result) time.Duration {
 	return rs[0].Spec.AfterWindow
 }
 
-func describeSim(c SimConfig) string {
+func describeSim(c sim.Config) string {
 	return fmt.Sprintf("C = %.0f/s (%d verifiers × %d workers × %v), offered %.0f/s (%.2f C) from %d client processes, "+
 		"naive clients (%d attempts of %v, at once), every verifier stalled for %v; budgets: ratio %.2g, %.3g retries/s minimum "+
 		"(per process, or once for the fleet), burst %g per process or %g for the fleet; admission, budget ledger and breakers "+
 		"are Levee's own code (pkg/admission, pkg/budgetd's Ledger, pkg/breaker) on a virtual clock",
 		c.Capacity(), c.Verifiers, c.Workers, c.Service, c.Load*c.Capacity(), c.Load, c.Processes, c.Attempts, c.Timeout,
-		c.TriggerDuration, c.Ratio, c.MinPerSecond, SeedScale(false, ProcessBudget).Burst, SeedScale(false, FleetBudget).Burst)
+		c.TriggerDuration, c.Ratio, c.MinPerSecond, sim.FullScale(false, sim.ProcessBudget).Burst, sim.FullScale(false, sim.FleetBudget).Burst)
 }
 
-var budgetColors = map[BudgetMode]color.Color{
-	NoBudget:      color.RGBA{200, 40, 40, 255},
-	ProcessBudget: color.RGBA{230, 140, 30, 255},
-	FleetBudget:   color.RGBA{30, 140, 60, 255},
+var budgetColors = map[sim.BudgetMode]color.Color{
+	sim.NoBudget:      color.RGBA{200, 40, 40, 255},
+	sim.ProcessBudget: color.RGBA{230, 140, 30, 255},
+	sim.FleetBudget:   color.RGBA{30, 140, 60, 255},
 }
 
 // writeSim plots the simulated fleets' goodput and attempts.
-func (rep *Report) writeSim(md *strings.Builder, dir string, c SimConfig) error {
+func (rep *Report) writeSim(md *strings.Builder, dir string, c sim.Config) error {
 	writeTable(md, rep.Results)
 	var good, att []line
 	for _, r := range rep.Results {
 		guarded := strings.HasPrefix(r.Fleet, "sim-levee")
-		b := BudgetMode(r.Fleet[strings.LastIndexByte(r.Fleet, '-')+1:])
+		b := sim.BudgetMode(r.Fleet[strings.LastIndexByte(r.Fleet, '-')+1:])
 		if l, ok := goodputLine(r, r.Fleet, budgetColors[b], guarded); ok {
 			good = append(good, l)
 		}
@@ -306,18 +307,18 @@ func (rep *Report) writeSimVsReal(md *strings.Builder, dir string, cfg Config) e
 	var ls []line
 	var trig experiment.Window
 	for _, r := range rep.Results {
-		sc, ok := simLike(r, cfg.Local, cfg.Clients)
+		sc, ok := sim.Like(r, cfg.Local, cfg.Clients)
 		if !ok || cfg.Source != Local {
 			continue
 		}
-		sim, err := Simulate(sc)
+		simulated, err := sim.Run(sc)
 		if err != nil {
 			return err
 		}
 		if l, ok := goodputLine(r, r.Fleet+" (real)", fleetColor(r.Fleet), false); ok {
 			ls = append(ls, l)
 		}
-		if l, ok := goodputLine(sim, r.Fleet+" (simulated)", fleetColor(r.Fleet), true); ok {
+		if l, ok := goodputLine(simulated, r.Fleet+" (simulated)", fleetColor(r.Fleet), true); ok {
 			ls = append(ls, l)
 		}
 		trig = r.Trig

@@ -41,6 +41,7 @@ import (
 
 	"github.com/leveehq/levee/lab/drive"
 	"github.com/leveehq/levee/lab/experiment"
+	"github.com/leveehq/levee/lab/sim"
 )
 
 // Mode is what Run does.
@@ -102,7 +103,7 @@ type Config struct {
 	Soak       Soak
 	// Sim is the simulated fleet of SimMode (its Guarded and Budget are
 	// varied); Single mode also simulates each real run beside it.
-	Sim SimConfig
+	Sim sim.Config
 
 	// Out, when set, is the directory the report is written to: a CSV of
 	// each run's seconds, summary.csv, report.md and the plots.
@@ -129,7 +130,7 @@ func DefaultConfig() Config {
 		Grid:       experiment.DefaultGrid(),
 		Ramp:       experiment.DefaultRamp(),
 		Soak:       DefaultSoak(),
-		Sim:        SeedScale(false, NoBudget),
+		Sim:        sim.FullScale(false, sim.NoBudget),
 	}
 }
 
@@ -277,13 +278,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 func runSims(cfg Config) (*Report, error) {
 	rep := &Report{}
 	for _, guarded := range []bool{false, true} {
-		for _, b := range []BudgetMode{NoBudget, ProcessBudget, FleetBudget} {
+		for _, b := range []sim.BudgetMode{sim.NoBudget, sim.ProcessBudget, sim.FleetBudget} {
 			c := cfg.Sim
 			c.Guarded, c.Budget = guarded, b
-			if b == FleetBudget && c.Burst == SeedScale(false, ProcessBudget).Burst {
-				c.Burst = SeedScale(false, FleetBudget).Burst
+			if b == sim.FleetBudget && c.Burst == sim.FullScale(false, sim.ProcessBudget).Burst {
+				c.Burst = sim.FullScale(false, sim.FleetBudget).Burst
 			}
-			r, err := Simulate(c)
+			r, err := sim.Run(c)
 			if err != nil {
 				return rep, err
 			}

@@ -1,4 +1,15 @@
-package storm
+// Package sim is the lab's discrete-event simulator: a fleet and its
+// clients, at any scale, in virtual time. The guarded fleet runs Levee's own
+// admission limiter, breakers and budget ledger (pkg/admission, pkg/breaker,
+// pkg/ledger) on the virtual clock; the plain fleet is one FIFO queue per
+// verifier that hashes whatever it queued.
+//
+// What it promises: a run is a function of its Config (one seed, one
+// history); it is recorded in the same per-second Series and judged by the
+// same verdict as a real experiment, so the two can be read side by side. It
+// models Levee's design, not its bugs: where a real run falls below its
+// simulation, a control loop misbehaves.
+package sim
 
 import (
 	"container/heap"
@@ -23,8 +34,8 @@ type BudgetMode string
 
 // The budget modes.
 const (
-	// NoBudget: every attempt a client allows itself is sent (the seed's
-	// SDK: 3 attempts).
+	// NoBudget: every attempt a client allows itself is sent (naive
+	// clients: three immediate attempts).
 	NoBudget BudgetMode = "none"
 	// ProcessBudget: each client process keeps its own budget, Ratio of its
 	// own first attempts plus MinPerSecond, at most Burst saved (Finagle's
@@ -37,10 +48,10 @@ const (
 	FleetBudget BudgetMode = "fleet"
 )
 
-// SimConfig is a fleet and its clients, at any scale, in virtual time. The
+// Config is a fleet and its clients, at any scale, in virtual time. The
 // clients are naive (Attempts attempts of Timeout each, retried at once on
 // any error) except that, under a budget, each retry needs a token.
-type SimConfig struct {
+type Config struct {
 	// Verifiers × Workers hashes run at once, each taking Service (±
 	// Jitter, a fraction): capacity C = Verifiers × Workers / Service.
 	Verifiers, Workers int
@@ -74,15 +85,15 @@ type SimConfig struct {
 	reportEvery, leaseFor, timeSkew time.Duration
 }
 
-// SeedScale is the seed's scenario at full scale: C = 1,000/s (10 verifiers
-// × 10 workers × 100 ms), A = 800/s from 500 client processes with 2 s
-// timeouts and 3 attempts, every verifier stalled for 19 s (a failover),
+// FullScale is a 19 s failover at full scale: C = 1,000/s (10 verifiers ×
+// 10 workers × 100 ms), A = 800/s from 500 client processes with 2 s
+// timeouts and 3 attempts, every verifier stalled for 19 s,
 // ratio 0.1 and a minimum of 1 retry a second (per process or for the
 // fleet), a burst of 10 per process or 100 for the fleet; watched for 5
 // minutes after the stall, since a plain fleet under a budget that removes
 // the congested state still has the stall's backlog to work off at C − L.
-func SeedScale(guarded bool, b BudgetMode) SimConfig {
-	c := SimConfig{
+func FullScale(guarded bool, b BudgetMode) Config {
+	c := Config{
 		Verifiers: 10, Workers: 10, Service: 100 * time.Millisecond, Jitter: 0.1,
 		Guarded: guarded, Budget: b, Ratio: 0.1, MinPerSecond: 1, Burst: 10,
 		Processes: 500, Attempts: 3, Timeout: 2 * time.Second,
@@ -96,12 +107,12 @@ func SeedScale(guarded bool, b BudgetMode) SimConfig {
 }
 
 // Capacity is C, hashes per second.
-func (c SimConfig) Capacity() float64 {
+func (c Config) Capacity() float64 {
 	return float64(c.Verifiers*c.Workers) / c.Service.Seconds()
 }
 
 // Validate reports every invalid field.
-func (c SimConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	if c.Verifiers < 1 || c.Workers < 1 || c.Service <= 0 || c.Jitter < 0 || c.Jitter >= 1 {
 		errs = append(errs, fmt.Errorf("sim: want verifiers, workers ≥ 1, service > 0, jitter in [0, 1); got %d, %d, %v, %v",
@@ -129,12 +140,12 @@ func (c SimConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-func (c SimConfig) total() time.Duration {
+func (c Config) total() time.Duration {
 	return c.Warmup + c.Baseline + c.TriggerDuration + c.After
 }
 
 // Name labels a simulated fleet: sim-plain-none, sim-levee-fleet, ...
-func (c SimConfig) Name() string {
+func (c Config) Name() string {
 	if c.name != "" {
 		return c.name
 	}
@@ -145,10 +156,10 @@ func (c SimConfig) Name() string {
 	return "sim-" + g + "-" + string(c.Budget)
 }
 
-// Simulate runs c in virtual time and returns its record and verdict, as a
+// Run simulates c in virtual time and returns its record and verdict, as a
 // real experiment's: the same series, the same judge. It takes seconds of
 // real time for minutes of simulated load at C = 1,000/s.
-func Simulate(c SimConfig) (*experiment.Result, error) {
+func Run(c Config) (*experiment.Result, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -204,7 +215,7 @@ func (h *eventHeap) Pop() any {
 // sim is the state of one simulation. It is single-threaded: the clock only
 // moves between events.
 type sim struct {
-	c      SimConfig
+	c      Config
 	now    time.Time
 	start  time.Time
 	end    time.Time
@@ -273,7 +284,7 @@ type simAttempt struct {
 	job      *simJob
 }
 
-func newSim(c SimConfig) (*sim, error) {
+func newSim(c Config) (*sim, error) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	secs := int(math.Ceil((c.total() + time.Duration(c.Attempts)*c.Timeout).Seconds())) + 2
 	s := &sim{c: c, now: start, start: start, end: start.Add(c.total()), rng: rand.New(rand.NewPCG(c.Seed, 0x73696d)),
@@ -665,12 +676,12 @@ func (s *sim) stall(d time.Duration) {
 	}
 }
 
-// simLike is the simulation of a real run: the same fleet shape, capacity,
+// Like is the simulation of a real run: the same fleet shape, capacity,
 // load, clients and trigger, in virtual time. Only naive clients are
 // modelled, so a run of another mix is simulated as if it were naive.
-func simLike(r *experiment.Result, local drive.LocalConfig, clients experiment.Clients) (SimConfig, bool) {
+func Like(r *experiment.Result, local drive.LocalConfig, clients experiment.Clients) (Config, bool) {
 	e := r.Spec
-	c := SimConfig{
+	c := Config{
 		Verifiers: local.Verifiers, Workers: local.Workers, Jitter: 0.1,
 		Guarded: r.Fleet == "levee", Budget: NoBudget, Ratio: 0.1, Burst: 10, MinPerSecond: 1,
 		Processes: 1, Attempts: clients.Naive.Attempts, Timeout: clients.Naive.Timeout,

@@ -1,4 +1,4 @@
-package storm
+package sim
 
 import (
 	"testing"
@@ -7,9 +7,10 @@ import (
 	"github.com/leveehq/levee/lab/observe"
 )
 
-// TestSimSeedArithmetic checks the simulator against the seed's arithmetic
-// at full scale (C = 1,000/s, A = 800/s, 2 s timeouts, 3 attempts, 500
-// processes, a 19 s stall), by counting attempts and successes:
+// TestSimFullScaleArithmetic checks the simulator against the arithmetic of
+// a metastable failure at full scale (C = 1,000/s, A = 800/s, 2 s timeouts,
+// 3 attempts, 500 processes, a 19 s stall), by counting attempts and
+// successes:
 //
 //   - a plain fleet without a budget settles at L = 3A = 2,400 attempts/s
 //     with no goodput, for good;
@@ -18,7 +19,7 @@ import (
 //   - the fleet budget bounds L at A(1 + r) + 1 < C: the backlog drains at
 //     C − L, and the fleet recovers;
 //   - Levee's defences recover at once whatever the budget.
-func TestSimSeedArithmetic(t *testing.T) {
+func TestSimFullScaleArithmetic(t *testing.T) {
 	t.Parallel()
 	type want struct {
 		stuck      bool
@@ -37,11 +38,11 @@ func TestSimSeedArithmetic(t *testing.T) {
 		{true, NoBudget, 45 * time.Second, want{lo: 700, hi: 900, recoveryLE: 2 * time.Second}},
 		{true, FleetBudget, 45 * time.Second, want{lo: 700, hi: 900, recoveryLE: 2 * time.Second}},
 	} {
-		c := SeedScale(tc.guarded, tc.budget)
+		c := FullScale(tc.guarded, tc.budget)
 		c.After = tc.after
 		t.Run(c.Name(), func(t *testing.T) {
 			t.Parallel()
-			r, err := Simulate(c)
+			r, err := Run(c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,13 +79,13 @@ func TestSimSeedArithmetic(t *testing.T) {
 // TestSimulateDeterministic: one seed, one history.
 func TestSimulateDeterministic(t *testing.T) {
 	t.Parallel()
-	c := SeedScale(true, FleetBudget)
+	c := FullScale(true, FleetBudget)
 	c.After = 20 * time.Second
-	a, err := Simulate(c)
+	a, err := Run(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Simulate(c)
+	b, err := Run(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,11 +104,11 @@ func TestSimulateDeterministic(t *testing.T) {
 func TestSimSmallFleet(t *testing.T) {
 	t.Parallel()
 	for _, guarded := range []bool{false, true} {
-		c := SimConfig{Verifiers: 2, Workers: 1, Service: 14 * time.Millisecond, Jitter: 0.1, Guarded: guarded, Budget: NoBudget,
+		c := Config{Verifiers: 2, Workers: 1, Service: 14 * time.Millisecond, Jitter: 0.1, Guarded: guarded, Budget: NoBudget,
 			Ratio: 0.1, Burst: 10, MinPerSecond: 1, Processes: 1, Attempts: 3, Timeout: 2 * time.Second, Load: 0.7,
 			Warmup: 5 * time.Second, Baseline: 15 * time.Second, After: 30 * time.Second, AfterWindow: 10 * time.Second,
 			TriggerDuration: 10 * time.Second, Seed: 1}
-		r, err := Simulate(c)
+		r, err := Run(c)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -41,6 +41,7 @@ import (
 
 	"github.com/leveehq/levee/lab/drive"
 	"github.com/leveehq/levee/lab/experiment"
+	"github.com/leveehq/levee/lab/faults"
 	"github.com/leveehq/levee/lab/sim"
 )
 
@@ -99,7 +100,7 @@ type Config struct {
 	Experiment experiment.Spec
 	Grid       experiment.Grid
 	Ramp       experiment.Ramp
-	Faults     Faults
+	Faults     faults.Config
 	Soak       Soak
 	// Sim is the simulated fleet of SimMode (its Guarded and Budget are
 	// varied); Single mode also simulates each real run beside it.
@@ -186,7 +187,7 @@ func (c Config) Validate() error {
 type Report struct {
 	Results []*experiment.Result
 	// Faults are the fault suite's results (FaultsMode).
-	Faults []FaultResult
+	Faults []faults.Result
 	// Soak is the soak's result (SoakMode).
 	Soak *SoakResult
 	// Planned is the number of runs the experiment asked for; fewer
@@ -226,8 +227,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return rep, err
 	}
 	if cfg.Mode == FaultsMode {
-		rep := &Report{Planned: len(cfg.Faults.suite(cfg.Experiment, cfg.Clients))}
-		rep.Faults, err = runFaults(ctx, cfg, q)
+		fc := cfg.Faults
+		fc.Base, fc.Clients, fc.Capacity, fc.Logger, fc.Progress = cfg.Experiment, cfg.Clients, cfg.Capacity, cfg.Logger, cfg.Progress
+		rep := &Report{Planned: fc.Planned()}
+		rep.Faults, err = runFaults(ctx, cfg, fc, q)
 		if cfg.Out != "" && len(rep.Faults) > 0 {
 			files, werr := writeFaults(cfg.Out, cfg, rep.Faults)
 			rep.Files, err = files, errors.Join(err, werr)
@@ -372,4 +375,28 @@ func truncate(s string) string {
 		return s[:40] + "…"
 	}
 	return s
+}
+
+// runFaults runs the fault suite against one Levee fleet, started once.
+func runFaults(ctx context.Context, cfg Config, fc faults.Config, q experiment.Request) (_ []faults.Result, err error) {
+	f, err := startFleet(ctx, cfg, "levee")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, f.Close()) }()
+	return faults.Run(ctx, f, q, fc)
+}
+
+// startFleet starts the named fleet from cfg's source.
+func startFleet(ctx context.Context, cfg Config, name string) (*drive.Fleet, error) {
+	switch cfg.Source {
+	case Local:
+		return drive.StartLocal(ctx, cfg.Local, name == "control")
+	case Compose:
+		if cfg.Compose.Logger == nil {
+			cfg.Compose.Logger = cfg.Logger
+		}
+		return drive.StartCompose(ctx, cfg.Compose, name == "control")
+	}
+	return drive.Target(cfg.Target, cfg.TargetMetrics), nil
 }

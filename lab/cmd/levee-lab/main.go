@@ -21,6 +21,7 @@ import (
 	"github.com/leveehq/levee/internal/flagenv"
 	"github.com/leveehq/levee/lab/drive"
 	"github.com/leveehq/levee/lab/experiment"
+	"github.com/leveehq/levee/lab/faults"
 	"github.com/leveehq/levee/lab/storm"
 )
 
@@ -128,7 +129,7 @@ func parseStorm(args []string, stderr io.Writer, lookup func(string) (string, bo
 	fs.DurationVar(&cfg.Sim.After, "sim-after", cfg.Sim.After, "sim: how long to watch after the stall")
 	soak := fs.Duration("soak", 0, "soak: this long at -soak-load on one Levee fleet, watching every member's memory, goroutines and open files for growth (e.g. 30m)")
 	fs.Float64Var(&cfg.Soak.Load, "soak-load", cfg.Soak.Load, "soak: offered load (× C)")
-	faults := fs.Bool("faults", false, "run the fault suite against one Levee fleet ("+strings.Join(storm.FaultNames, ", ")+"); with -fleet compose (docs/faults.md)")
+	suite := fs.Bool("faults", false, "run the fault suite against one Levee fleet ("+strings.Join(faults.Names, ", ")+"); with -fleet compose (docs/faults.md)")
 	fs.BoolVar(&cfg.Faults.Short, "faults-short", false, "fault suite: every fault briefly (what CI runs)")
 	faultsOnly := fs.String("faults-only", "", "fault suite: only these faults, comma-separated")
 	ramp := fs.Bool("ramp", false, "run the triangle ramp -ramp-low → -ramp-high → -ramp-low (× C) instead of a trigger")
@@ -230,14 +231,14 @@ func parseStorm(args []string, stderr io.Writer, lookup func(string) (string, bo
 	if e.Trigger, err = experiment.ParseTrigger(*trigger, e.Trigger); err != nil {
 		return cfg, false, err
 	}
-	if btoi(*grid)+btoi(*ramp)+btoi(*sim)+btoi(*faults)+btoi(*soak > 0) > 1 {
+	if btoi(*grid)+btoi(*ramp)+btoi(*sim)+btoi(*suite)+btoi(*soak > 0) > 1 {
 		return cfg, false, errors.New("storm: -grid, -ramp, -sim, -faults and -soak are different experiments; pick one")
 	}
 	if *soak > 0 {
 		cfg.Mode = storm.SoakMode
 		cfg.Soak.Duration = *soak
 	}
-	if *faults {
+	if *suite {
 		cfg.Mode = storm.FaultsMode
 		cfg.Faults.Only = flagenv.List(*faultsOnly)
 	}

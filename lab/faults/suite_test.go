@@ -1,4 +1,4 @@
-package storm
+package faults
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 // Each fault is judged by counting (see the checks in faults.go). The fleet
 // is removed at the end, volumes included.
 //
-// The suite runs as `levee storm -faults`, a program built here without the
+// The suite runs as `levee-lab -faults`, a program built here without the
 // race detector, as an operator runs it: the lab's load generator shares
 // the fleet's two cores, and race instrumentation would multiply what it
 // takes from them. The test reads its faults.json and its exit status.
@@ -43,16 +43,19 @@ func TestFaultSuiteOnCompose(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := drive.ModuleRoot(wd)
+	if root == "" {
+		t.Fatalf("no Levee source tree above %s", wd)
+	}
 	build := exec.CommandContext(ctx, filepath.Join(root, "scripts", "docker-build.sh"))
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("scripts/docker-build.sh: %v\n%s", err, out)
 	}
-	levee := filepath.Join(t.TempDir(), "levee")
-	build = exec.CommandContext(ctx, "go", "build", "-o", levee, "./cmd/levee")
-	build.Dir = root
+	lab := filepath.Join(t.TempDir(), "levee-lab")
+	build = exec.CommandContext(ctx, "go", "build", "-o", lab, "./cmd/levee-lab")
+	build.Dir = filepath.Join(root, "lab")
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/levee: %v\n%s", err, out)
+		t.Fatalf("go build ./cmd/levee-lab: %v\n%s", err, out)
 	}
 
 	// A project of its own: a fleet someone runs here is not touched (its
@@ -67,22 +70,22 @@ func TestFaultSuiteOnCompose(t *testing.T) {
 			t.Errorf("removing the test's compose fleet: %v\n%s", err, out)
 		}
 	})
-	run := exec.CommandContext(ctx, levee, "storm", "-fleet", "compose", "-faults", "-faults-short",
+	run := exec.CommandContext(ctx, lab, "-fleet", "compose", "-faults", "-faults-short",
 		"-compose-dir", root, "-compose-project", project, "-out", out)
 	run.Dir = root
 	output, runErr := run.CombinedOutput()
-	t.Logf("levee storm -faults -faults-short:\n%s", output)
+	t.Logf("levee-lab -faults -faults-short:\n%s", output)
 
 	raw, err := os.ReadFile(filepath.Join(out, "faults.json"))
 	if err != nil {
-		t.Fatalf("no faults.json (levee storm: %v)", runErr)
+		t.Fatalf("no faults.json (levee-lab: %v)", runErr)
 	}
-	var sums []FaultSummary
+	var sums []Summary
 	if err := json.Unmarshal(raw, &sums); err != nil {
 		t.Fatal(err)
 	}
-	if len(sums) != len(FaultNames) {
-		t.Fatalf("%d faults judged, want %d (%s)", len(sums), len(FaultNames), strings.Join(FaultNames, ", "))
+	if len(sums) != len(Names) {
+		t.Fatalf("%d faults judged, want %d (%s)", len(sums), len(Names), strings.Join(Names, ", "))
 	}
 	failed := 0
 	for _, s := range sums {
@@ -102,6 +105,6 @@ func TestFaultSuiteOnCompose(t *testing.T) {
 	}
 	// Its exit status says the same.
 	if (failed > 0) != (runErr != nil) {
-		t.Errorf("levee storm exited with %v while %d faults failed", runErr, failed)
+		t.Errorf("levee-lab exited with %v while %d faults failed", runErr, failed)
 	}
 }

@@ -1,14 +1,25 @@
-package storm
+// Package faults is the lab's fault suite: the faults a fleet in
+// production meets besides overload (a verifier or the budgetd leader
+// killed, etcd's quorum lost, a partition, a rolling restart, every verifier
+// paused or cut to a tenth of a core), each applied once to one running
+// fleet under open-loop load and judged by what an operator would ask of it.
+//
+// What it promises: the fleet's capacity is measured once and every fault
+// is undone before the next; every check is judged by counting logical
+// requests, attempts and scraped samples, never by one timing; a check that
+// nothing pressed on (no attempt failed, so no retry was wanted) fails
+// rather than passing vacuously. The suite runs on the compose fleet (a
+// partition needs containers) and measures Levee only: the control has no
+// budgets, leaders or drains to judge.
+package faults
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -21,21 +32,28 @@ import (
 	"github.com/leveehq/levee/pkg/ledger"
 )
 
-// Faults is the fault suite (FaultsMode): the faults a fleet in production
-// meets, each applied once to one running fleet under load, each judged by
-// what an operator would ask of it. It runs on the compose fleet (a
-// partition needs containers) and measures Levee only: the control has no
-// budgets, leaders or drains to judge.
-type Faults struct {
+// Config is the suite as one run makes it.
+type Config struct {
 	// Short runs every fault briefly (CI); otherwise at the lengths
 	// docs/faults.md reports.
 	Short bool
-	// Only, when set, runs the named faults only (FaultNames).
+	// Only, when set, runs the named faults only (Names).
 	Only []string
+	// Base is the experiment each fault's is made from (its trigger's
+	// settings: the CPU cut, the knob), and Clients the populations each
+	// fault's mix is drawn from.
+	Base    experiment.Spec
+	Clients experiment.Clients
+	// Capacity is how the fleet's C is measured, once, before the faults.
+	Capacity experiment.CapacityConfig
+	// Logger receives the suite's progress (nil: slog.Default()); Progress
+	// (if set) one line per fault judged.
+	Logger   *slog.Logger
+	Progress io.Writer
 }
 
-// FaultNames are the suite's faults, in the order they run.
-var FaultNames = []string{"kill-verifier", "kill-budgetd-leader", "etcd-quorum", "partition-budgetd", "rolling-restart",
+// Names are the suite's faults, in the order they run.
+var Names = []string{"kill-verifier", "kill-budgetd-leader", "etcd-quorum", "partition-budgetd", "rolling-restart",
 	"pause-verifiers", "cpu-cut"}
 
 // fault is one scenario: its experiment and the checks of its result.
@@ -54,8 +72,8 @@ type Check struct {
 	OK   bool
 }
 
-// FaultResult is one fault's record.
-type FaultResult struct {
+// Result is one fault's record.
+type Result struct {
 	Name, What string
 	Clients    experiment.Clients
 	Result     *experiment.Result
@@ -66,7 +84,7 @@ type FaultResult struct {
 }
 
 // OK reports whether every check held.
-func (r FaultResult) OK() bool {
+func (r Result) OK() bool {
 	for _, c := range r.Checks {
 		if !c.OK {
 			return false
@@ -75,9 +93,9 @@ func (r FaultResult) OK() bool {
 	return len(r.Checks) > 0
 }
 
-// FaultSummary is a fault's verdict and the lab's books on its run, as
+// Summary is a fault's verdict and the lab's books on its run, as
 // faults.json holds them: what a program reading the suite's result needs.
-type FaultSummary struct {
+type Summary struct {
 	Name   string
 	OK     bool
 	Checks []Check
@@ -89,8 +107,8 @@ type FaultSummary struct {
 }
 
 // Summary returns r's verdict and books.
-func (r FaultResult) Summary() FaultSummary {
-	s := FaultSummary{Name: r.Name, OK: r.OK(), Checks: r.Checks}
+func (r Result) Summary() Summary {
+	s := Summary{Name: r.Name, OK: r.OK(), Checks: r.Checks}
 	if r.Result == nil || r.Result.Series == nil {
 		return s
 	}
@@ -121,7 +139,8 @@ type faultRun struct {
 
 // suite returns the faults at the suite's lengths. Budget settings are the
 // fleet's defaults: ratio 0.1, burst 100.
-func (fs Faults) suite(base experiment.Spec, clients experiment.Clients) []fault {
+func (fs Config) suite() []fault {
+	base, clients := fs.Base, fs.Clients
 	long := func(full, short time.Duration) time.Duration {
 		if fs.Short {
 			return short
@@ -185,76 +204,84 @@ func (fs Faults) suite(base experiment.Spec, clients experiment.Clients) []fault
 	return out
 }
 
+// Planned is how many faults Run will apply.
+func (fs Config) Planned() int { return len(fs.suite()) }
+
 // Validate reports an unknown fault name.
-func (fs Faults) Validate() error {
+func (fs Config) Validate() error {
 	var errs []error
 	for _, n := range fs.Only {
 		known := false
-		for _, k := range FaultNames {
+		for _, k := range Names {
 			known = known || k == n
 		}
 		if !known {
-			errs = append(errs, fmt.Errorf("storm: unknown fault %q (want one of %s)", truncate(n), strings.Join(FaultNames, ", ")))
+			errs = append(errs, fmt.Errorf("faults: unknown fault %q (want one of %s)", truncate(n), strings.Join(Names, ", ")))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// runFaults runs the suite against one Levee fleet: started once, its
-// capacity measured once, every fault undone before the next.
-func runFaults(ctx context.Context, cfg Config, q experiment.Request) (_ []FaultResult, err error) {
-	f, err := startFleet(ctx, cfg, "levee")
+// Run runs the suite against f, a running Levee fleet: its capacity C
+// measured once, then each fault under load, every one undone before the
+// next. It returns the faults judged so far when one cannot be run.
+func Run(ctx context.Context, f *drive.Fleet, q experiment.Request, c Config) ([]Result, error) {
+	log := c.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	capacity, err := experiment.MeasureCapacity(ctx, f.Target, f.TLS, q, c.Capacity)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { err = errors.Join(err, f.Close()) }()
-	capacity, err := experiment.MeasureCapacity(ctx, f.Target, f.TLS, q, cfg.Capacity)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Logger.Info("capacity", "fleet", f.Name, "per_second", fmt.Sprintf("%.1f", capacity.PerSecond))
+	log.Info("capacity", "fleet", f.Name, "per_second", fmt.Sprintf("%.1f", capacity.PerSecond))
 	// The budgeted clients' key has no settings of its own: budgetd's
 	// defaults hold.
 	settings := ledger.DefaultSettings()
-	var out []FaultResult
-	for _, ft := range cfg.Faults.suite(cfg.Experiment, cfg.Clients) {
+	var out []Result
+	for _, ft := range c.suite() {
 		if err := sleepCtx(ctx, 2*time.Second); err != nil {
 			return out, err
 		}
-		cfg.Logger.Info("fault", "name", ft.name)
+		log.Info("fault", "name", ft.name)
 		pctx, stopProbe := context.WithCancel(ctx)
 		probe := newLeaderProbe(f)
 		var wg sync.WaitGroup
 		wg.Go(func() { probe.run(pctx) })
-		res, err := experiment.Run(ctx, f, ft.clients, q, capacity, ft.exp, cfg.Logger)
+		res, err := experiment.Run(ctx, f, ft.clients, q, capacity, ft.exp, log)
 		stopProbe()
 		wg.Wait()
 		if err != nil {
-			return out, fmt.Errorf("storm: fault %s: %w", ft.name, err)
+			return out, fmt.Errorf("faults: %s: %w", ft.name, err)
 		}
 		run := &faultRun{res: res, leaders: probe.samples(res.Series.Start()), ratio: settings.Ratio, burst: settings.Burst,
 			capacity: capacity}
-		fr := FaultResult{Name: ft.name, What: ft.what, Clients: ft.clients, Result: res, Checks: ft.check(run), Leaders: run.leaders}
+		fr := Result{Name: ft.name, What: ft.what, Clients: ft.clients, Result: res, Checks: ft.check(run), Leaders: run.leaders}
 		out = append(out, fr)
-		if cfg.Progress != nil {
-			fmt.Fprintf(cfg.Progress, "%s\n", faultLine(fr))
+		if c.Progress != nil {
+			fmt.Fprintf(c.Progress, "%s\n", fr.Line())
 		}
 	}
 	return out, nil
 }
 
-// startFleet starts the named fleet from cfg's source.
-func startFleet(ctx context.Context, cfg Config, name string) (*drive.Fleet, error) {
-	switch cfg.Source {
-	case Local:
-		return drive.StartLocal(ctx, cfg.Local, name == "control")
-	case Compose:
-		if cfg.Compose.Logger == nil {
-			cfg.Compose.Logger = cfg.Logger
-		}
-		return drive.StartCompose(ctx, cfg.Compose, name == "control")
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
-	return drive.Target(cfg.Target, cfg.TargetMetrics), nil
+}
+
+// truncate bounds user text quoted back in errors.
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
 }
 
 // leaderProbe asks budgetd who leads every 100 ms.
@@ -617,6 +644,18 @@ func checkRecovery(r *faultRun) []Check {
 		OK: v.Recovered && v.Recovery <= 2*time.Second}}
 }
 
+// maxOf is the largest of the known values of xs (0 when none is above).
+func maxOf(xs []float64) float64 {
+	m := 0.0
+	for _, x := range xs {
+		if !math.IsNaN(x) {
+			m = math.Max(m, x)
+		}
+	}
+	return m
+}
+
+// minOf is the least of xs (+Inf when empty).
 func minOf(xs []float64) float64 {
 	m := math.Inf(1)
 	for _, x := range xs {
@@ -625,8 +664,8 @@ func minOf(xs []float64) float64 {
 	return m
 }
 
-// faultLine is one fault in a line.
-func faultLine(fr FaultResult) string {
+// Line is the fault's verdict and checks in one line.
+func (fr Result) Line() string {
 	verdict := "PASS"
 	if !fr.OK() {
 		verdict = "FAIL"
@@ -640,79 +679,4 @@ func faultLine(fr FaultResult) string {
 		parts = append(parts, fmt.Sprintf("%s: %s (want %s) %s", c.What, c.Got, c.Want, mark))
 	}
 	return fmt.Sprintf("%-20s %s  %s", fr.Name, verdict, strings.Join(parts, "; "))
-}
-
-// writeFaults writes the suite's report: report.md (a table per fault),
-// faults.json (each fault's FaultSummary) and each run's per-second CSV
-// under runs/.
-func writeFaults(out string, cfg Config, results []FaultResult) ([]string, error) {
-	if err := os.MkdirAll(filepath.Join(out, "runs"), 0o755); err != nil {
-		return nil, fmt.Errorf("storm: report: %w", err)
-	}
-	var files []string
-	for _, fr := range results {
-		path := filepath.Join(out, "runs", fr.Name+".csv")
-		if err := writeFile(path, fr.Result.Series.WriteCSV); err != nil {
-			return files, err
-		}
-		files = append(files, path)
-	}
-	sums := make([]FaultSummary, len(results))
-	for i, fr := range results {
-		sums[i] = fr.Summary()
-	}
-	path := filepath.Join(out, "faults.json")
-	if err := writeFile(path, func(w io.Writer) error {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(sums)
-	}); err != nil {
-		return files, err
-	}
-	files = append(files, path)
-	path = filepath.Join(out, "report.md")
-	err := writeFile(path, func(w io.Writer) error {
-		fmt.Fprintf(w, "# Levee fault suite\n\nMade by `%s` on %s. One %s fleet, started once; its capacity C = %.0f/s measured once "+
-			"(%d closed-loop callers); each fault applied under open-loop load and undone before the next.\n\n",
-			cfg.Command, time.Now().UTC().Format(time.DateOnly), cfg.Source, firstCapacity(results), cfg.Capacity.Callers)
-		for _, fr := range results {
-			verdict := "**pass**"
-			if !fr.OK() {
-				verdict = "**FAIL**"
-			}
-			e := fr.Result.Spec
-			fmt.Fprintf(w, "## %s: %s\n\n%s. Trigger %s, %s clients, baseline %.1f %% of arrivals served (%.0f/s). Per second: `runs/%s.csv`.\n\n",
-				fr.Name, verdict, fr.What, e.Trigger, mixName(fr.Clients.Mix), 100*fr.Result.Verdict.BaselineRatio, fr.Result.Verdict.Baseline, fr.Name)
-			fmt.Fprintln(w, "| check | measured | wanted | |")
-			fmt.Fprintln(w, "|---|---|---|---|")
-			for _, c := range fr.Checks {
-				mark := "ok"
-				if !c.OK {
-					mark = "**not met**"
-				}
-				fmt.Fprintf(w, "| %s | %s | %s | %s |\n", c.What, c.Got, c.Want, mark)
-			}
-			fmt.Fprintln(w)
-		}
-		return nil
-	})
-	return append(files, path), err
-}
-
-func firstCapacity(results []FaultResult) float64 {
-	if len(results) == 0 {
-		return 0
-	}
-	return results[0].Result.Capacity.PerSecond
-}
-
-// mixName names a mix of populations: "naive 0.7, levee 0.3".
-func mixName(mix map[experiment.Kind]float64) string {
-	var parts []string
-	for _, k := range experiment.Kinds {
-		if s := mix[k]; s > 0 {
-			parts = append(parts, fmt.Sprintf("%s %g", k, s))
-		}
-	}
-	return strings.Join(parts, ", ")
 }

@@ -43,6 +43,7 @@ import (
 	"github.com/leveehq/levee/lab/experiment"
 	"github.com/leveehq/levee/lab/faults"
 	"github.com/leveehq/levee/lab/sim"
+	"github.com/leveehq/levee/lab/soak"
 )
 
 // Mode is what Run does.
@@ -101,7 +102,7 @@ type Config struct {
 	Grid       experiment.Grid
 	Ramp       experiment.Ramp
 	Faults     faults.Config
-	Soak       Soak
+	Soak       soak.Config
 	// Sim is the simulated fleet of SimMode (its Guarded and Budget are
 	// varied); Single mode also simulates each real run beside it.
 	Sim sim.Config
@@ -130,7 +131,7 @@ func DefaultConfig() Config {
 		Experiment: experiment.DefaultSpec(),
 		Grid:       experiment.DefaultGrid(),
 		Ramp:       experiment.DefaultRamp(),
-		Soak:       DefaultSoak(),
+		Soak:       soak.DefaultConfig(),
 		Sim:        sim.FullScale(false, sim.NoBudget),
 	}
 }
@@ -189,7 +190,7 @@ type Report struct {
 	// Faults are the fault suite's results (FaultsMode).
 	Faults []faults.Result
 	// Soak is the soak's result (SoakMode).
-	Soak *SoakResult
+	Soak *soak.Result
 	// Planned is the number of runs the experiment asked for; fewer
 	// Results means it was interrupted.
 	Planned int
@@ -219,7 +220,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.Mode == SoakMode {
 		rep := &Report{Planned: 1}
-		rep.Soak, err = runSoak(ctx, cfg, q)
+		sc := cfg.Soak
+		sc.Base, sc.Clients, sc.Capacity, sc.Logger = cfg.Experiment, cfg.Clients, cfg.Capacity, cfg.Logger
+		rep.Soak, err = runSoak(ctx, cfg, sc, q)
 		if cfg.Out != "" && rep.Soak != nil {
 			files, werr := writeSoak(cfg.Out, cfg, rep.Soak)
 			rep.Files, err = files, errors.Join(err, werr)
@@ -399,4 +402,14 @@ func startFleet(ctx context.Context, cfg Config, name string) (*drive.Fleet, err
 		return drive.StartCompose(ctx, cfg.Compose, name == "control")
 	}
 	return drive.Target(cfg.Target, cfg.TargetMetrics), nil
+}
+
+// runSoak soaks one Levee fleet, started for it.
+func runSoak(ctx context.Context, cfg Config, sc soak.Config, q experiment.Request) (_ *soak.Result, err error) {
+	f, err := startFleet(ctx, cfg, "levee")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, f.Close()) }()
+	return soak.Run(ctx, f, q, sc)
 }

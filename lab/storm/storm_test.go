@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -131,5 +132,57 @@ func TestLabControlStuckLeveeRecovers(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(cfg.Out, name)); err != nil {
 			t.Errorf("report: %v", err)
 		}
+	}
+}
+
+// TestSoakNoGrowth is the soak's short version (docs/faults.md has the 30
+// minute one): a Levee fleet of separate processes at 0.8 C for two minutes
+// after the warm-up, every member's resident memory, goroutines and open
+// files read each second. None may grow beyond its allowance from the first
+// fifth of the span to the last, and the fleet must serve.
+func TestSoakNoGrowth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a fleet at 0.8 C for about three minutes")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	cfg := DefaultConfig()
+	cfg.Mode = SoakMode
+	cfg.Soak.Duration, cfg.Soak.Load = 2*time.Minute, 0.8
+	cfg.Local.Bin = buildBinaries(ctx, t)
+	cfg.Local.Dir = t.TempDir()
+	cfg.Fleets = []string{"levee"}
+	cfg.Out = t.TempDir()
+	cfg.Command = "go test -run TestSoakNoGrowth ./storm"
+	cfg.Logger = quietLogger()
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Soak
+	t.Logf("served %.2f %% at %.0f/s", 100*r.Served, r.Result.Verdict.Baseline)
+	// Every member is watched: etcd, both budgetd replicas, both verifiers
+	// and the gateway, for memory and open files at least.
+	watched := map[string]int{}
+	for _, g := range r.Growth {
+		t.Logf("%-4s %-22s early %8.1f late %8.1f allowed ≤ %8.1f", g.Member, g.Metric, g.Early, g.Late, g.Allowed)
+		watched[g.Member]++
+		if math.IsNaN(g.Early) || g.Early <= 0 && g.Metric != "goroutines" {
+			t.Errorf("%s %s: early level %v: not measured", g.Member, g.Metric, g.Early)
+		}
+		if !g.OK() {
+			t.Errorf("%s: %s grew from %.1f to %.1f (allowed %.1f)", g.Member, g.Metric, g.Early, g.Late, g.Allowed)
+		}
+	}
+	for _, m := range []string{"e1", "b1", "b2", "v1", "v2", "gw"} {
+		if watched[m] < 2 {
+			t.Errorf("member %s: %d metrics watched, want memory and open files at least", m, watched[m])
+		}
+	}
+	for _, u := range r.Unjudged {
+		t.Errorf("not judged: %s", u)
+	}
+	if r.Served < 0.95 {
+		t.Errorf("the fleet served %.1f %% of the soak's arrivals: a soak of a fleet that does not serve says nothing", 100*r.Served)
 	}
 }

@@ -118,6 +118,18 @@ type Result struct {
 	Lifted time.Duration
 }
 
+// Line is the result in one line: fleet, trigger, load, C, verdict.
+func (r *Result) Line() string {
+	v := r.Verdict
+	rec := v.String()
+	if v.Stuck {
+		rec = "STUCK"
+	}
+	return fmt.Sprintf("%-7s %-32s load %.2f C (C = %.0f/s): baseline %.0f/s (%.1f %% ok), after %.0f/s (%.1f %% of baseline), %s, wasted %.0f, baseline p99 %v (unloaded p99 + 3 p50: %v)",
+		r.Fleet, r.Spec.Trigger.String(), r.Spec.Load, r.Capacity.PerSecond, v.Baseline, 100*v.BaselineRatio,
+		v.After, 100*v.AfterFraction, rec, v.Wasted, v.LatencyP99.Round(100*time.Microsecond), r.Capacity.HealthyP99Bound().Round(100*time.Microsecond))
+}
+
 // NewRequest makes the lab's stored hash: a fresh Argon2id hash of a fixed
 // password under params, so that verifying it costs what the fleet's own
 // policy hashes cost and never needs a rehash.

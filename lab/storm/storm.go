@@ -36,12 +36,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/leveehq/levee/lab/drive"
 	"github.com/leveehq/levee/lab/experiment"
 	"github.com/leveehq/levee/lab/faults"
+	"github.com/leveehq/levee/lab/report"
 	"github.com/leveehq/levee/lab/sim"
 	"github.com/leveehq/levee/lab/soak"
 )
@@ -224,7 +224,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		sc.Base, sc.Clients, sc.Capacity, sc.Logger = cfg.Experiment, cfg.Clients, cfg.Capacity, cfg.Logger
 		rep.Soak, err = runSoak(ctx, cfg, sc, q)
 		if cfg.Out != "" && rep.Soak != nil {
-			files, werr := writeSoak(cfg.Out, cfg, rep.Soak)
+			files, werr := report.WriteSoak(cfg.Out, report.Soak{Command: cfg.Command, Fleet: string(cfg.Source), Config: sc, Result: rep.Soak})
 			rep.Files, err = files, errors.Join(err, werr)
 		}
 		return rep, err
@@ -235,7 +235,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep := &Report{Planned: fc.Planned()}
 		rep.Faults, err = runFaults(ctx, cfg, fc, q)
 		if cfg.Out != "" && len(rep.Faults) > 0 {
-			files, werr := writeFaults(cfg.Out, cfg, rep.Faults)
+			files, werr := report.WriteFaults(cfg.Out, report.Faults{Command: cfg.Command, Fleet: string(cfg.Source),
+				Callers: cfg.Capacity.Callers, Results: rep.Faults})
 			rep.Files, err = files, errors.Join(err, werr)
 		}
 		return rep, err
@@ -262,22 +263,35 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				// Interrupted (Ctrl-C, a deadline): hours of a grid are not
 				// thrown away; the report holds the runs that completed.
 				if ctx.Err() != nil && cfg.Out != "" && len(rep.Results) > 0 {
-					err = errors.Join(err, rep.write(cfg.Out, cfg))
+					err = errors.Join(err, rep.write(cfg))
 				}
 				return rep, err
 			}
 			rep.Results = append(rep.Results, res)
 			if cfg.Progress != nil {
-				fmt.Fprintf(cfg.Progress, "[%d/%d] %s\n", i+1, len(exps), summaryLine(res))
+				fmt.Fprintf(cfg.Progress, "[%d/%d] %s\n", i+1, len(exps), res.Line())
 			}
 		}
 	}
 	if cfg.Out != "" {
-		if err := rep.write(cfg.Out, cfg); err != nil {
+		if err := rep.write(cfg); err != nil {
 			return rep, err
 		}
 	}
 	return rep, nil
+}
+
+// write writes the report of rep's runs under cfg.Out.
+func (rep *Report) write(cfg Config) error {
+	kind := map[Mode]report.Kind{Single: report.Single, GridMode: report.Grid, RampMode: report.Ramp, SimMode: report.Sim}[cfg.Mode]
+	runs := report.Runs{Kind: kind, Results: rep.Results, Planned: rep.Planned, Command: cfg.Command, Clients: cfg.Clients,
+		Ramp: cfg.Ramp, Sim: cfg.Sim}
+	if cfg.Source == Local {
+		runs.Local = &cfg.Local
+	}
+	files, err := report.WriteRuns(cfg.Out, runs)
+	rep.Files = append(rep.Files, files...)
+	return err
 }
 
 // runSims simulates cfg.Sim for both fleets under each budget.
@@ -296,12 +310,12 @@ func runSims(cfg Config) (*Report, error) {
 			}
 			rep.Results = append(rep.Results, r)
 			if cfg.Progress != nil {
-				fmt.Fprintln(cfg.Progress, summaryLine(r))
+				fmt.Fprintln(cfg.Progress, r.Line())
 			}
 		}
 	}
 	if cfg.Out != "" {
-		if err := rep.write(cfg.Out, cfg); err != nil {
+		if err := rep.write(cfg); err != nil {
 			return rep, err
 		}
 	}
@@ -337,39 +351,6 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
-}
-
-// summaryLine is one result in a line.
-func summaryLine(r *experiment.Result) string {
-	v := r.Verdict
-	rec := v.String()
-	if v.Stuck {
-		rec = "STUCK"
-	}
-	return fmt.Sprintf("%-7s %-32s load %.2f C (C = %.0f/s): baseline %.0f/s (%.1f %% ok), after %.0f/s (%.1f %% of baseline), %s, wasted %.0f, baseline p99 %v (unloaded p99 + 3 p50: %v)",
-		r.Fleet, r.Spec.Trigger.String(), r.Spec.Load, r.Capacity.PerSecond, v.Baseline, 100*v.BaselineRatio,
-		v.After, 100*v.AfterFraction, rec, v.Wasted, v.LatencyP99.Round(100*time.Microsecond), r.Capacity.HealthyP99Bound().Round(100*time.Microsecond))
-}
-
-func writeFile(path string, write func(io.Writer) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("storm: report: %w", err)
-	}
-	err = write(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("storm: report %s: %w", path, err)
-	}
-	return nil
-}
-
-// fileName names a result's files: fleet, trigger, duration, load, seed.
-func fileName(r *experiment.Result) string {
-	e := r.Spec
-	return fmt.Sprintf("%s-%s-%ds-load%03.0f-seed%d", r.Fleet, e.Trigger.Kind, int(e.TriggerDuration()/time.Second), 100*e.Load, e.Seed)
 }
 
 // truncate bounds user text quoted back in errors.

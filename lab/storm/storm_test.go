@@ -85,7 +85,7 @@ func TestLabControlStuckLeveeRecovers(t *testing.T) {
 		t.Fatalf("%d results, want 2", len(rep.Results))
 	}
 	for _, r := range rep.Results {
-		t.Logf("%s", summaryLine(r))
+		t.Logf("%s", r.Line())
 		if c := r.Capacity; c.UnloadedP50 <= 0 || c.UnloadedP99 < c.UnloadedP50 || c.HealthyP99Bound() <= c.UnloadedP99 {
 			t.Errorf("%s: unloaded p50 %v, p99 %v, healthy p99 bound %v: the unloaded reference was not measured",
 				r.Fleet, c.UnloadedP50, c.UnloadedP99, c.HealthyP99Bound())

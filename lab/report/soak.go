@@ -1,4 +1,4 @@
-package storm
+package report
 
 import (
 	"fmt"
@@ -13,11 +13,22 @@ import (
 	"github.com/leveehq/levee/lab/soak"
 )
 
-// writeSoak writes the soak's report: report.md (each member's levels),
-// the per-second CSV, and plots of memory, goroutines and goodput.
-func writeSoak(out string, cfg Config, r *soak.Result) ([]string, error) {
+// Soak is a report of a soak.
+type Soak struct {
+	// Command is how it was made; Fleet where the fleet came from
+	// ("local"); Config the soak as it ran.
+	Command, Fleet string
+	Config         soak.Config
+	Result         *soak.Result
+}
+
+// WriteSoak writes the soak's report under out: report.md (each member's
+// levels), the per-second CSV, and plots of memory, goroutines and
+// goodput. It returns the files written.
+func WriteSoak(out string, rep Soak) ([]string, error) {
+	r := rep.Result
 	if err := os.MkdirAll(out, 0o755); err != nil {
-		return nil, fmt.Errorf("storm: report: %w", err)
+		return nil, fmt.Errorf("report: %w", err)
 	}
 	res := r.Result
 	files := []string{filepath.Join(out, "soak.csv")}
@@ -56,8 +67,8 @@ func writeSoak(out string, cfg Config, r *soak.Result) ([]string, error) {
 			verdict = "**GREW or did not serve**"
 		}
 		fmt.Fprintf(w, "# Levee soak\n\nMade by `%s` on %s: one Levee fleet (%s), C = %.0f/s, %.2f C of %s for %v after a %v warm-up: %s.\n\n",
-			cfg.Command, time.Now().UTC().Format(time.DateOnly), cfg.Source, res.Capacity.PerSecond, cfg.Soak.Load,
-			describeClients(cfg.Clients), cfg.Soak.Duration, soak.Warmup, verdict)
+			rep.Command, time.Now().UTC().Format(time.DateOnly), rep.Fleet, res.Capacity.PerSecond, rep.Config.Load,
+			describeClients(rep.Config.Clients), rep.Config.Duration, soak.Warmup, verdict)
 		fmt.Fprintf(w, "Served %.2f %% of the judged span's arrivals (goodput %.0f/s). Each level is the median over the first and the last fifth of the span; "+
 			"a metric may grow by %s.\n\n", 100*r.Served, res.Verdict.Baseline, soak.GrowthRule())
 		for _, u := range r.Unjudged {

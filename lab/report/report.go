@@ -1,4 +1,11 @@
-package storm
+// Package report writes what the lab found as files a reader can check:
+// each run's seconds as CSV, a summary CSV with one row per run, plots
+// (PNG), and a Markdown report that embeds them and says how it was made.
+//
+// What it promises: every figure in report.md is computed from the same
+// records the CSVs hold, so a reader can recompute any of it; a report of an
+// interrupted run says how many of the planned runs it holds.
+package report
 
 import (
 	"fmt"
@@ -12,17 +19,69 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leveehq/levee/lab/drive"
 	"github.com/leveehq/levee/lab/experiment"
 	"github.com/leveehq/levee/lab/observe"
 	"github.com/leveehq/levee/lab/sim"
 )
 
-// write puts the report's files under dir: a CSV of each run's seconds
+// Kind is what a report of runs holds, which decides its plots and tables.
+type Kind string
+
+// The kinds of runs.
+const (
+	// Single: one experiment against each fleet; each run plotted, the
+	// fleets compared and, on a local fleet, each run beside its
+	// simulation.
+	Single Kind = "run"
+	// Grid: a heatmap and a table per fleet and trigger.
+	Grid Kind = "grid"
+	// Ramp: goodput against offered load on the way up and down.
+	Ramp Kind = "ramp"
+	// Sim: simulated fleets only.
+	Sim Kind = "sim"
+)
+
+// Runs is a report of experiment runs and how they were made.
+type Runs struct {
+	Kind    Kind
+	Results []*experiment.Result
+	// Planned is the number of runs the experiment asked for; fewer
+	// Results means it was interrupted.
+	Planned int
+	// Command is how the report was made, quoted in report.md.
+	Command string
+	// Clients are the populations that loaded the fleets.
+	Clients experiment.Clients
+	// Ramp is the ramp of a Ramp report, Sim the simulated fleet of a Sim
+	// report.
+	Ramp experiment.Ramp
+	Sim  sim.Config
+	// Local, when set, is the local fleet a Single report's runs were made
+	// on: each real run is then simulated and plotted beside it.
+	Local *drive.LocalConfig
+}
+
+// runsWriter writes a Runs report and lists the files it wrote.
+type runsWriter struct {
+	Runs
+	Files []string
+}
+
+// WriteRuns puts the report's files under dir: a CSV of each run's seconds
 // (runs/), summary.csv, a PNG per run and, for several fleets or a grid,
-// comparisons, and report.md embedding them.
-func (rep *Report) write(dir string, cfg Config) error {
+// comparisons, and report.md embedding them. It returns the files written,
+// sorted.
+func WriteRuns(dir string, r Runs) ([]string, error) {
+	w := &runsWriter{Runs: r}
+	err := w.write(dir)
+	sort.Strings(w.Files)
+	return w.Files, err
+}
+
+func (rep *runsWriter) write(dir string) error {
 	if err := os.MkdirAll(filepath.Join(dir, "runs"), 0o755); err != nil {
-		return fmt.Errorf("storm: report: %w", err)
+		return fmt.Errorf("report: %w", err)
 	}
 	add := func(path string, write func(io.Writer) error) error {
 		if err := writeFile(path, write); err != nil {
@@ -36,10 +95,10 @@ func (rep *Report) write(dir string, cfg Config) error {
 		if err := add(filepath.Join(dir, "runs", fileName(r)+".csv"), r.Series.WriteCSV); err != nil {
 			return err
 		}
-		if cfg.Mode != GridMode && cfg.Mode != SimMode {
+		if rep.Kind != Grid && rep.Kind != Sim {
 			png := filepath.Join(dir, fileName(r)+".png")
 			if err := plotRun(r, png); err != nil {
-				return fmt.Errorf("storm: plot: %w", err)
+				return fmt.Errorf("report: plot: %w", err)
 			}
 			rep.Files = append(rep.Files, png)
 			plotted[r] = filepath.Base(png)
@@ -51,14 +110,14 @@ func (rep *Report) write(dir string, cfg Config) error {
 
 	var md strings.Builder
 	fmt.Fprintf(&md, "# Levee lab report\n\n")
-	if cfg.Command != "" {
-		fmt.Fprintf(&md, "Made by `%s`", cfg.Command)
+	if rep.Command != "" {
+		fmt.Fprintf(&md, "Made by `%s`", rep.Command)
 	} else {
-		fmt.Fprintf(&md, "Made by `levee storm`")
+		fmt.Fprintf(&md, "Made by `levee-lab`")
 	}
 	fmt.Fprintf(&md, " on %s (%d CPUs, %s/%s, %s).", time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.GOOS,
 		runtime.GOARCH, runtime.Version())
-	if cfg.Mode != SimMode {
+	if rep.Kind != Sim {
 		fmt.Fprintf(&md, " Every fleet member is a separate process on this machine, and so is the lab that loads them: "+
 			"`lab_cpu` in each run's CSV is the load generator's own CPU, in cores.")
 	}
@@ -66,10 +125,10 @@ func (rep *Report) write(dir string, cfg Config) error {
 	if rep.Planned > len(rep.Results) {
 		fmt.Fprintf(&md, "**Interrupted: %d of the %d runs planned completed**; only those are reported.\n\n", len(rep.Results), rep.Planned)
 	}
-	if cfg.Mode == SimMode {
-		fmt.Fprintf(&md, "Simulated in virtual time, no fleet started: %s.\n\n", describeSim(cfg.Sim))
+	if rep.Kind == Sim {
+		fmt.Fprintf(&md, "Simulated in virtual time, no fleet started: %s.\n\n", describeSim(rep.Sim))
 	} else {
-		fmt.Fprintf(&md, "Clients: %s. ", describeClients(cfg.Clients))
+		fmt.Fprintf(&md, "Clients: %s. ", describeClients(rep.Clients))
 	}
 	fmt.Fprintf(&md, "A verdict compares the share of arriving logical requests that succeed with the baseline's; "+
 		"*recovered* means a %d-second window of arrivals after the trigger succeeded at %.0f %% of the baseline's share, "+
@@ -77,33 +136,33 @@ func (rep *Report) write(dir string, cfg Config) error {
 		"*wasted* counts hashes the verifiers finished after their caller had left (docs/lab.md).\n\n",
 		experiment.RecoveryWindow, 100*experiment.RecoveredFraction, afterWindowOf(rep.Results))
 
-	switch cfg.Mode {
-	case GridMode:
+	switch rep.Kind {
+	case Grid:
 		if err := rep.writeGrid(&md, dir); err != nil {
 			return err
 		}
-	case SimMode:
-		if err := rep.writeSim(&md, dir, cfg.Sim); err != nil {
+	case Sim:
+		if err := rep.writeSim(&md, dir, rep.Sim); err != nil {
 			return err
 		}
-	case RampMode:
-		if err := rep.writeRamp(&md, dir, cfg.Ramp); err != nil {
+	case Ramp:
+		if err := rep.writeRamp(&md, dir, rep.Ramp); err != nil {
 			return err
 		}
 		fallthrough
 	default:
 		writeTable(&md, rep.Results)
-		if len(rep.Results) > 1 && cfg.Mode != RampMode {
+		if len(rep.Results) > 1 && rep.Kind != Ramp {
 			png := filepath.Join(dir, "compare.png")
 			e := rep.Results[0].Spec
 			if err := plotCompare(rep.Results, fmt.Sprintf("%s at %.2f C: goodput relative to each fleet's baseline", e.Trigger, e.Load), png); err != nil {
-				return fmt.Errorf("storm: plot: %w", err)
+				return fmt.Errorf("report: plot: %w", err)
 			}
 			rep.Files = append(rep.Files, png)
 			fmt.Fprintf(&md, "\n![goodput of each fleet relative to its baseline](compare.png)\n")
 		}
-		if cfg.Mode == Single {
-			if err := rep.writeSimVsReal(&md, dir, cfg); err != nil {
+		if rep.Kind == Single {
+			if err := rep.writeSimVsReal(&md, dir); err != nil {
 				return err
 			}
 		}
@@ -116,7 +175,6 @@ func (rep *Report) write(dir string, cfg Config) error {
 	if err := add(filepath.Join(dir, "report.md"), func(w io.Writer) error { _, err := io.WriteString(w, md.String()); return err }); err != nil {
 		return err
 	}
-	sort.Strings(rep.Files)
 	return nil
 }
 
@@ -167,7 +225,7 @@ func fmtCount(v float64) string {
 }
 
 // writeGrid writes a heatmap and a recovery table per fleet and trigger.
-func (rep *Report) writeGrid(md *strings.Builder, dir string) error {
+func (rep *runsWriter) writeGrid(md *strings.Builder, dir string) error {
 	type key struct{ fleet, trigger string }
 	groups := map[key][]*experiment.Result{}
 	var keys []key
@@ -184,7 +242,7 @@ func (rep *Report) writeGrid(md *strings.Builder, dir string) error {
 		png := filepath.Join(dir, name+".png")
 		title := fmt.Sprintf("%s fleet, %s: recovery after the trigger ends", k.fleet, k.trigger)
 		if err := plotHeatmap(rs, title, png); err != nil {
-			return fmt.Errorf("storm: plot: %w", err)
+			return fmt.Errorf("report: plot: %w", err)
 		}
 		rep.Files = append(rep.Files, png)
 		fmt.Fprintf(md, "\n## %s fleet, %s\n\n![%s](%s.png)\n\n", k.fleet, k.trigger, title, name)
@@ -218,10 +276,10 @@ func (rep *Report) writeGrid(md *strings.Builder, dir string) error {
 }
 
 // writeRamp plots the ramp's loops and tabulates their gaps.
-func (rep *Report) writeRamp(md *strings.Builder, dir string, ramp experiment.Ramp) error {
+func (rep *runsWriter) writeRamp(md *strings.Builder, dir string, ramp experiment.Ramp) error {
 	png := filepath.Join(dir, "ramp.png")
 	if err := plotRamp(rep.Results, ramp, png); err != nil {
-		return fmt.Errorf("storm: plot: %w", err)
+		return fmt.Errorf("report: plot: %w", err)
 	}
 	rep.Files = append(rep.Files, png)
 	fmt.Fprintf(md, "![goodput against offered load on the way up and down](ramp.png)\n\n")
@@ -260,7 +318,7 @@ var budgetColors = map[sim.BudgetMode]color.Color{
 }
 
 // writeSim plots the simulated fleets' goodput and attempts.
-func (rep *Report) writeSim(md *strings.Builder, dir string, c sim.Config) error {
+func (rep *runsWriter) writeSim(md *strings.Builder, dir string, c sim.Config) error {
 	writeTable(md, rep.Results)
 	var good, att []line
 	for _, r := range rep.Results {
@@ -285,7 +343,7 @@ func (rep *Report) writeSim(md *strings.Builder, dir string, c sim.Config) error
 		{"sim-attempts.png", "simulated: attempts per second, against capacity C", "attempts per second", att, 0, c.Capacity()},
 	} {
 		if err := plotLines(p.title, p.ylabel, p.lines, trig, p.top, p.ref, "capacity C", filepath.Join(dir, p.file)); err != nil {
-			return fmt.Errorf("storm: plot: %w", err)
+			return fmt.Errorf("report: plot: %w", err)
 		}
 		rep.Files = append(rep.Files, filepath.Join(dir, p.file))
 		fmt.Fprintf(md, "\n![%s](%s)\n", p.title, p.file)
@@ -303,12 +361,15 @@ func (rep *Report) writeSim(md *strings.Builder, dir string, c sim.Config) error
 }
 
 // writeSimVsReal simulates each real run and plots both.
-func (rep *Report) writeSimVsReal(md *strings.Builder, dir string, cfg Config) error {
+func (rep *runsWriter) writeSimVsReal(md *strings.Builder, dir string) error {
+	if rep.Local == nil {
+		return nil
+	}
 	var ls []line
 	var trig experiment.Window
 	for _, r := range rep.Results {
-		sc, ok := sim.Like(r, cfg.Local, cfg.Clients)
-		if !ok || cfg.Source != Local {
+		sc, ok := sim.Like(r, *rep.Local, rep.Clients)
+		if !ok {
 			continue
 		}
 		simulated, err := sim.Run(sc)
@@ -328,11 +389,32 @@ func (rep *Report) writeSimVsReal(md *strings.Builder, dir string, cfg Config) e
 	}
 	png := filepath.Join(dir, "sim-vs-real.png")
 	if err := plotLines("real runs (solid) beside their simulation (dashed)", "goodput ÷ baseline", ls, trig, 1.5, 0, "", png); err != nil {
-		return fmt.Errorf("storm: plot: %w", err)
+		return fmt.Errorf("report: plot: %w", err)
 	}
 	rep.Files = append(rep.Files, png)
 	fmt.Fprintf(md, "\n![real runs beside their simulation](sim-vs-real.png)\n\nThe simulation runs the same fleet shape, "+
 		"capacity, load and trigger in virtual time with Levee's own admission, breaker and ledger code; it models Levee's "+
 		"design, not its bugs, so where the real Levee line falls below the simulated one a control loop misbehaves.\n")
+	return nil
+}
+
+// fileName names a result's files: fleet, trigger, duration, load, seed.
+func fileName(r *experiment.Result) string {
+	e := r.Spec
+	return fmt.Sprintf("%s-%s-%ds-load%03.0f-seed%d", r.Fleet, e.Trigger.Kind, int(e.TriggerDuration()/time.Second), 100*e.Load, e.Seed)
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	err = write(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("report: %s: %w", path, err)
+	}
 	return nil
 }

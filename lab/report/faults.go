@@ -1,4 +1,4 @@
-package storm
+package report
 
 import (
 	"encoding/json"
@@ -13,12 +13,22 @@ import (
 	"github.com/leveehq/levee/lab/faults"
 )
 
-// writeFaults writes the suite's report: report.md (a table per fault),
-// faults.json (each fault's Summary) and each run's per-second CSV
-// under runs/.
-func writeFaults(out string, cfg Config, results []faults.Result) ([]string, error) {
+// Faults is a report of the fault suite.
+type Faults struct {
+	// Command is how it was made; Fleet where the fleet came from
+	// ("compose"); Callers the closed-loop callers that measured its C.
+	Command, Fleet string
+	Callers        int
+	Results        []faults.Result
+}
+
+// WriteFaults writes the suite's report under out: report.md (a table per
+// fault), faults.json (each fault's Summary) and each run's per-second CSV
+// under runs/. It returns the files written.
+func WriteFaults(out string, rep Faults) ([]string, error) {
+	cfg, results := rep, rep.Results
 	if err := os.MkdirAll(filepath.Join(out, "runs"), 0o755); err != nil {
-		return nil, fmt.Errorf("storm: report: %w", err)
+		return nil, fmt.Errorf("report: %w", err)
 	}
 	var files []string
 	for _, fr := range results {
@@ -45,7 +55,7 @@ func writeFaults(out string, cfg Config, results []faults.Result) ([]string, err
 	err := writeFile(path, func(w io.Writer) error {
 		fmt.Fprintf(w, "# Levee fault suite\n\nMade by `%s` on %s. One %s fleet, started once; its capacity C = %.0f/s measured once "+
 			"(%d closed-loop callers); each fault applied under open-loop load and undone before the next.\n\n",
-			cfg.Command, time.Now().UTC().Format(time.DateOnly), cfg.Source, firstCapacity(results), cfg.Capacity.Callers)
+			cfg.Command, time.Now().UTC().Format(time.DateOnly), cfg.Fleet, firstCapacity(results), cfg.Callers)
 		for _, fr := range results {
 			verdict := "**pass**"
 			if !fr.OK() {

@@ -9,23 +9,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leveehq/levee/lab"
 	"github.com/leveehq/levee/lab/experiment"
-	"github.com/leveehq/levee/lab/storm"
 	"github.com/leveehq/levee/pkg/callmeta"
 )
 
 func noEnv(string) (string, bool) { return "", false }
 
-func TestParseStorm(t *testing.T) {
+func TestParse(t *testing.T) {
 	var stderr bytes.Buffer
-	cfg, verbose, err := parseStorm([]string{"-trigger", "cpu:verifier-1", "-duration", "20s", "-cpu", "0.2", "-load", "0.9",
+	cfg, verbose, err := parse([]string{"-trigger", "cpu:verifier-1", "-duration", "20s", "-cpu", "0.2", "-load", "0.9",
 		"-mix", "naive:0.5,levee:0.5", "-priorities", "critical:1", "-fleets", "levee", "-out", "o", "-v",
 		"-verifier-flags", "-max-queue-wait 500ms -queue 32"}, &stderr, noEnv)
 	if err != nil {
 		t.Fatalf("%v (%s)", err, stderr.String())
 	}
 	e := cfg.Experiment
-	if !verbose || cfg.Mode != storm.Single || e.Trigger.Kind != experiment.CPU || e.Trigger.Targets != "verifier-1" ||
+	if !verbose || cfg.Mode != lab.Single || e.Trigger.Kind != experiment.CPU || e.Trigger.Targets != "verifier-1" ||
 		e.Trigger.Duration != 20*time.Second || e.Trigger.CPU != 0.2 || e.Load != 0.9 {
 		t.Errorf("got mode %v, trigger %+v, load %v, verbose %v", cfg.Mode, e.Trigger, e.Load, verbose)
 	}
@@ -39,11 +39,11 @@ func TestParseStorm(t *testing.T) {
 		t.Errorf("verifier flags %q", got)
 	}
 
-	cfg, _, err = parseStorm([]string{"-grid", "-grid-triggers", "stop,knob", "-grid-durations", "1s,5s", "-grid-loads", "0.5", "-grid-seeds", "1"}, &stderr, noEnv)
+	cfg, _, err = parse([]string{"-grid", "-grid-triggers", "stop,knob", "-grid-durations", "1s,5s", "-grid-loads", "0.5", "-grid-seeds", "1"}, &stderr, noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Mode != storm.GridMode || len(cfg.Grid.Triggers) != 2 || cfg.Grid.Triggers[1].Kind != experiment.Knob ||
+	if cfg.Mode != lab.GridMode || len(cfg.Grid.Triggers) != 2 || cfg.Grid.Triggers[1].Kind != experiment.Knob ||
 		len(cfg.Grid.Durations) != 2 || cfg.Grid.Durations[1] != 5*time.Second || len(cfg.Grid.Loads) != 1 {
 		t.Errorf("grid %+v", cfg.Grid)
 	}
@@ -52,8 +52,8 @@ func TestParseStorm(t *testing.T) {
 		{"-trigger", "melt"}, {"-mix", "robots"}, {"-load", "0"}, {"-fleets", "mine"}, {"-grid", "-ramp"},
 		{"-grid", "-grid-durations", "forever"}, {"-fleet", "target"}, {"stray"}, {"-hash-parallelism", "300"},
 	} {
-		if _, _, err := parseStorm(bad, &stderr, noEnv); err == nil {
-			t.Errorf("parseStorm(%q) accepted", bad)
+		if _, _, err := parse(bad, &stderr, noEnv); err == nil {
+			t.Errorf("parse(%q) accepted", bad)
 		}
 	}
 }

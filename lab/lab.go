@@ -1,18 +1,25 @@
-// Package storm is Levee's lab. It drives a real fleet — separate processes
-// on this machine, the compose fleet, or any Verify service — through the
-// triggers of a metastable failure (a stall, a CPU cut, lost capacity, a
-// crash, a load spike) under open-loop client populations, and says, per
-// second and as verdicts, whether the fleet came back once the trigger was
-// gone. A control fleet, built from the same binaries with every defence off
-// (-unguarded), runs the same experiment: a lab that cannot make the control
-// fail cannot be trusted when it says Levee did not.
+// Package lab is Levee's lab, a module beside the product. It drives a
+// real fleet — separate processes on this machine, the compose fleet, or
+// any Verify service — through the triggers of a metastable failure (a
+// stall, a CPU cut, lost capacity, a crash, a load spike) under open-loop
+// client populations, and says, per second and as verdicts, whether the
+// fleet came back once the trigger was gone. A control fleet, built from
+// the same binaries with every defence off (-unguarded), runs the same
+// experiment: a lab that cannot make the control fail cannot be trusted
+// when it says Levee did not.
+//
+// Run composes the lab's packages: drive starts fleets and acts on their
+// members, observe records them second by second, experiment loads, triggers
+// and judges them, sim simulates them, faults and soak are the fault suite
+// and the soak, and report writes what was found.
 //
 // What the lab promises:
 //
-//   - Real parts: every fleet member is its own process (or container);
-//     triggers are real signals, cgroup CPU quotas and the verifiers' own
-//     capacity knob, and every call is real gRPC over loopback with real
-//     Argon2.
+//   - Real parts: every fleet member is its own process (or container),
+//     built from the product's source; triggers are real signals, cgroup
+//     CPU quotas and the verifiers' own capacity knob, and every call is
+//     real gRPC over loopback with real Argon2. The lab imports no server
+//     package: it speaks to the fleet over its wire APIs only.
 //   - Open loop: arrivals are a Poisson process at the experiment's rate,
 //     whatever the fleet answers; a slow fleet is offered what a fast one
 //     is. Only the capacity measurement is closed-loop (it asks what the
@@ -22,13 +29,13 @@
 //   - Every logical request is counted once, by the second it arrived and by
 //     the second it ended; every attempt by the second it was sent and the
 //     code it ended with. Verdicts are computed from those counts (see
-//     Verdict); nothing is judged by a single sample.
+//     experiment.Verdict); nothing is judged by a single sample.
 //   - A trigger is always undone — resumed, restarted, lifted — before the
 //     experiment returns, even when it is cancelled; members die with the
 //     lab.
 //   - The lab's own CPU is in every series (lab_cpu): on a small machine the
 //     load generator competes with the fleet it measures.
-package storm
+package lab
 
 import (
 	"context"
@@ -36,6 +43,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/leveehq/levee/lab/drive"
@@ -151,34 +160,34 @@ func (c Config) Validate() error {
 	case FaultsMode:
 		errs = append(errs, c.Faults.Validate())
 		if c.Source != Compose {
-			errs = append(errs, errors.New("storm: the fault suite runs on the compose fleet (-fleet compose): a partition needs containers"))
+			errs = append(errs, errors.New("lab: the fault suite runs on the compose fleet (-fleet compose): a partition needs containers"))
 		}
 	case SoakMode:
 		errs = append(errs, c.Soak.Validate())
 	default:
-		errs = append(errs, fmt.Errorf("storm: unknown mode %q", c.Mode))
+		errs = append(errs, fmt.Errorf("lab: unknown mode %q", c.Mode))
 	}
 	switch c.Source {
 	case Local, Compose:
 		if c.Source == Local {
 			errs = append(errs, c.Local.Validate())
 		} else if c.Compose.Root == "" {
-			errs = append(errs, errors.New("storm: the compose fleet needs the directory of docker-compose.yml: run from the source tree, or give -compose-dir"))
+			errs = append(errs, errors.New("lab: the compose fleet needs the directory of docker-compose.yml: run from the source tree, or give -compose-dir"))
 		}
 		if len(c.Fleets) == 0 {
-			errs = append(errs, errors.New("storm: no fleet to run (want levee, control or both)"))
+			errs = append(errs, errors.New("lab: no fleet to run (want levee, control or both)"))
 		}
 		for _, f := range c.Fleets {
 			if f != "levee" && f != "control" {
-				errs = append(errs, fmt.Errorf("storm: unknown fleet %q (want levee or control)", truncate(f)))
+				errs = append(errs, fmt.Errorf("lab: unknown fleet %q (want levee or control)", truncate(f)))
 			}
 		}
 	case Target:
 		if c.Target == "" {
-			errs = append(errs, errors.New("storm: a target source needs a Target address"))
+			errs = append(errs, errors.New("lab: a target source needs a Target address"))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("storm: unknown fleet source %q (want local, compose or target)", c.Source))
+		errs = append(errs, fmt.Errorf("lab: unknown fleet source %q (want local, compose or target)", c.Source))
 	}
 	errs = append(errs, c.Clients.Validate(), c.Capacity.Validate())
 	return errors.Join(errs...)
@@ -198,6 +207,28 @@ type Report struct {
 	Files []string
 }
 
+// Failed says which checks of a fault suite or a soak failed (nil: none,
+// or no suite or soak ran), so that a program can exit non-zero as a test
+// would.
+func (r *Report) Failed() error {
+	if r == nil {
+		return nil
+	}
+	var failed []string
+	for _, fr := range r.Faults {
+		if !fr.OK() {
+			failed = append(failed, fr.Name)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("lab: %d of %d faults failed a check: %s", len(failed), len(r.Faults), strings.Join(failed, ", "))
+	}
+	if r.Soak != nil && !r.Soak.OK() {
+		return errors.New("lab: the soak failed a check (see its report)")
+	}
+	return nil
+}
+
 // Run runs the configured experiments, writes the report if Config.Out is
 // set, and returns it. Fleets are started and stopped by Run (one at a time:
 // two fleets on one small machine would measure each other).
@@ -210,6 +241,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.Local.Logger == nil {
 		cfg.Local.Logger = cfg.Logger
+	}
+	if cfg.Source == Local && cfg.Mode != SimMode {
+		if err := os.MkdirAll(cfg.Local.Dir, 0o755); err != nil {
+			return nil, fmt.Errorf("lab: %w", err)
+		}
 	}
 	if cfg.Mode == SimMode {
 		return runSims(cfg)
@@ -259,7 +295,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		for _, name := range fleets {
 			res, err := runOne(ctx, cfg, name, q, e)
 			if err != nil {
-				err = fmt.Errorf("storm: %s fleet, %s at %.2f C: %w", name, e.Trigger, e.Load, err)
+				err = fmt.Errorf("lab: %s fleet, %s at %.2f C: %w", name, e.Trigger, e.Load, err)
 				// Interrupted (Ctrl-C, a deadline): hours of a grid are not
 				// thrown away; the report holds the runs that completed.
 				if ctx.Err() != nil && cfg.Out != "" && len(rep.Results) > 0 {

@@ -1,4 +1,4 @@
-package storm
+package lab
 
 import (
 	"context"
@@ -153,7 +153,7 @@ func TestSoakNoGrowth(t *testing.T) {
 	cfg.Local.Dir = t.TempDir()
 	cfg.Fleets = []string{"levee"}
 	cfg.Out = t.TempDir()
-	cfg.Command = "go test -run TestSoakNoGrowth ./storm"
+	cfg.Command = "go test -run TestSoakNoGrowth github.com/leveehq/levee/lab"
 	cfg.Logger = quietLogger()
 	rep, err := Run(ctx, cfg)
 	if err != nil {

@@ -18,11 +18,12 @@ import (
 )
 
 // ComposeConfig describes the compose fleet of docker-compose.yml as the lab
-// runs it: with deploy/storm/docker-compose.storm.yml on top (ports for the
+// runs it: with lab/compose/docker-compose.lab.yml on top (ports for the
 // lab on 127.0.0.1, the lab's hashing policy, the capacity knob), and for
-// the control also deploy/storm/docker-compose.unguarded.yml.
+// the control also lab/compose/docker-compose.unguarded.yml.
 type ComposeConfig struct {
-	// Root is the directory holding docker-compose.yml and deploy/.
+	// Root is the Levee source tree: docker-compose.yml, deploy/ and
+	// lab/compose/.
 	Root string
 	// Project is the compose project name (that of scripts/docker-up.sh
 	// when empty: the directory's name).
@@ -32,7 +33,7 @@ type ComposeConfig struct {
 	Logger       *slog.Logger
 }
 
-// The published ports of docker-compose.storm.yml, one home for them here:
+// The published ports of docker-compose.lab.yml, one home for them here:
 // verifier i (from 1) at 1771i (gRPC) and 1971i (metrics), budgetd i at
 // 1772i and 1972i; the gateway at docker-compose.yml's, Levee's default
 // (wellknown.GatewayPort and its metrics port).
@@ -50,9 +51,9 @@ func composeBudgetdPort(i int) (grpcPort, metricsPort int)  { return 17720 + i, 
 var leveeServices = []string{"budgetd1", "budgetd2", "verifier1", "verifier2", "verifier3", "gateway"}
 
 func (c ComposeConfig) files(unguarded bool) []string {
-	fs := []string{"docker-compose.yml", filepath.Join("deploy", "storm", "docker-compose.storm.yml")}
+	fs := []string{"docker-compose.yml", filepath.Join("lab", "compose", "docker-compose.lab.yml")}
 	if unguarded {
-		fs = append(fs, filepath.Join("deploy", "storm", "docker-compose.unguarded.yml"))
+		fs = append(fs, filepath.Join("lab", "compose", "docker-compose.unguarded.yml"))
 	}
 	return fs
 }

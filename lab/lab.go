@@ -1,12 +1,14 @@
-// Package lab is Levee's lab, a module beside the product. It drives a
-// real fleet — separate processes on this machine, the compose fleet, or
-// any Verify service — through the triggers of a metastable failure (a
-// stall, a CPU cut, lost capacity, a crash, a load spike) under open-loop
-// client populations, and says, per second and as verdicts, whether the
-// fleet came back once the trigger was gone. A control fleet, built from
-// the same binaries with every defence off (-unguarded), runs the same
-// experiment: a lab that cannot make the control fail cannot be trusted
-// when it says Levee did not.
+// Package lab is Levee's lab: it drives a real fleet — separate processes
+// on this machine, the compose fleet, or any Verify service — through the
+// triggers of a metastable failure (a stall, a CPU cut, lost capacity, a
+// crash, a load spike) under open-loop client populations, and says, per
+// second and as verdicts, whether the fleet came back once the trigger was
+// gone. A control fleet, built from the same binaries with every defence
+// off (-unguarded), runs the same experiment: a lab that cannot make the
+// control fail cannot be trusted when it says Levee did not.
+//
+// The lab is a module beside the product's, which no product binary
+// compiles.
 //
 // Run composes the lab's packages: drive starts fleets and acts on their
 // members, observe records them second by second, experiment loads, triggers

@@ -25,7 +25,7 @@ type Kind string
 
 // The populations a mix draws from.
 const (
-	// Naive is the seed's ordinary SDK: Attempts attempts, each with its own
+	// Naive is an ordinary SDK: Attempts attempts, each with its own
 	// Timeout, the next sent at once after any error, no backoff, no budget,
 	// no attempt header.
 	Naive Kind = "naive"
@@ -67,7 +67,8 @@ type Clients struct {
 	MaxInFlight int
 }
 
-// NaiveConfig is the seed's ordinary SDK.
+// NaiveConfig is the naive clients' SDK: how many attempts, and each one's
+// timeout.
 type NaiveConfig struct {
 	Attempts int
 	Timeout  time.Duration // per attempt
@@ -96,8 +97,8 @@ type NoDeadlineConfig struct {
 	Cap time.Duration // the lab gives up after this
 }
 
-// DefaultClients is the seed's scenario: naive clients only, 2 s per attempt,
-// 3 attempts; no priority header.
+// DefaultClients are naive clients only: three immediate attempts, 2 s
+// timeout each; no priority header.
 func DefaultClients() Clients {
 	return Clients{
 		Mix:         map[Kind]float64{Naive: 1},

@@ -39,9 +39,9 @@ type Spec struct {
 	Seed uint64
 }
 
-// DefaultSpec is the seed's scenario at 0.7 of capacity: a 5 s
-// warm-up, a 15 s baseline, the default trigger (every verifier stopped
-// 10 s), then 30 s of watching, the last 10 s of it judged.
+// DefaultSpec is a stall at 0.7 of capacity: a 5 s warm-up, a 15 s
+// baseline, the default trigger (every verifier stopped 10 s), then 30 s of
+// watching, the last 10 s of it judged.
 func DefaultSpec() Spec {
 	return Spec{Load: 0.7, Warmup: 5 * time.Second, Baseline: 15 * time.Second, Trigger: DefaultTrigger(),
 		After: 30 * time.Second, AfterWindow: 10 * time.Second, Seed: 1}

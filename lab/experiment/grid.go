@@ -16,7 +16,7 @@ type Grid struct {
 	Seeds     int
 }
 
-// DefaultGrid is the grid: stop, CPU cut and capacity knob ×
+// DefaultGrid is the full grid: stop, CPU cut and capacity knob ×
 // {1, 3, 5, 10, 20, 30, 60} s × {0.5, 0.7, 0.9} C × 2 seeds.
 func DefaultGrid() Grid {
 	base := DefaultTrigger()

@@ -348,8 +348,8 @@ func (rep *runsWriter) writeSim(md *strings.Builder, dir string, c sim.Config) e
 		rep.Files = append(rep.Files, filepath.Join(dir, p.file))
 		fmt.Fprintf(md, "\n![%s](%s)\n", p.title, p.file)
 	}
-	fmt.Fprintf(md, "\nThe load each fleet settles at once the stall is over (the seed's L = A(1 + p + p²): %.0f/s when every "+
-		"attempt fails), and at the end:\n\n| fleet | attempts/s, 10–40 s after the stall | × C | attempts/s over the last %v | × C |\n|---|---|---|---|---|\n",
+	fmt.Fprintf(md, "\nThe load each fleet settles at once the stall is over (L = A(1 + p + p²) of the naive clients: %.0f/s "+
+		"when every attempt fails), and at the end:\n\n| fleet | attempts/s, 10–40 s after the stall | × C | attempts/s over the last %v | × C |\n|---|---|---|---|---|\n",
 		c.Load*c.Capacity()*float64(c.Attempts), rep.Results[0].Spec.AfterWindow)
 	for _, r := range rep.Results {
 		att := r.Series.Attempts()

@@ -1,3 +1,23 @@
+// Package experiment runs one experiment against a running fleet and
+// judges it: open-loop client populations (naive, pkg/client with the fleet
+// budget, people at a login page, callers without a deadline) offer a load
+// that is a fraction of the capacity C measured on that fleet, a trigger is
+// applied after a healthy baseline and undone, and a Verdict says whether
+// the fleet came back. The grid (triggers × durations × loads × seeds) and
+// the triangle ramp are sets of such experiments.
+//
+// What it promises:
+//
+//   - Open loop: arrivals are a Poisson process at the experiment's rate,
+//     whatever the fleet answers. Only the capacity measurement is
+//     closed-loop, and it returns only once the fleet has drained what it
+//     left queued.
+//   - Every logical request is counted once, by the second it arrived and by
+//     the second it ended, and every attempt by the second it was sent and
+//     how it ended; verdicts are computed from those counts, relative to the
+//     baseline's share of arrivals served, never from one sample.
+//   - A trigger is undone before Run returns, even when the experiment is
+//     cut short, and its span runs until its undo was delivered.
 package experiment
 
 import (

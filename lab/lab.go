@@ -112,8 +112,11 @@ type Config struct {
 	Experiment experiment.Spec
 	Grid       experiment.Grid
 	Ramp       experiment.Ramp
-	Faults     faults.Config
-	Soak       soak.Config
+	// Faults and Soak are the suite's and the soak's own settings; Run
+	// fills in what they share with the rest (Experiment, Clients,
+	// Capacity, Logger, Progress) from this Config.
+	Faults faults.Config
+	Soak   soak.Config
 	// Sim is the simulated fleet of SimMode (its Guarded and Budget are
 	// varied); Single mode also simulates each real run beside it.
 	Sim sim.Config

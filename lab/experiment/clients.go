@@ -43,6 +43,7 @@ const (
 	NoDeadline Kind = "nodeadline"
 )
 
+// Kinds are the populations, in the order reports list them.
 var Kinds = []Kind{Naive, Levee, Human, NoDeadline}
 
 // Clients describes the populations calling the fleet.

@@ -89,6 +89,7 @@ func (e Spec) Validate() error {
 	return errors.Join(errs...)
 }
 
+// TriggerDuration is how long the trigger is on; 0 when there is none.
 func (e Spec) TriggerDuration() time.Duration {
 	if e.Trigger.Kind == None {
 		return 0

@@ -1,7 +1,7 @@
-// Package deploy holds the fleet's deployment files: the compose overlays,
-// the etcd stand-in image, the Prometheus alerting rules and the Grafana
-// dashboard. Its tests check that what those files ask of the fleet is what
-// the fleet exports, and that the rules behave (promtool).
+// Package deploy holds the fleet's deployment files beside
+// docker-compose.yml: the etcd stand-in image, the Prometheus alerting rules
+// and the Grafana dashboard. Its tests check that what those files ask of the
+// fleet is what the fleet exports, and that the rules behave (promtool).
 package deploy
 
 import (

@@ -65,7 +65,7 @@ func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) 
 	fs.DurationVar(&cfg.Autopilot.ClientTimeout, "client-timeout", cfg.Autopilot.ClientTimeout, "autopilot: how long a typical caller waits")
 	fs.IntVar(&cfg.Margin.Attempts, "margin-attempts", cfg.Margin.Attempts, "bistability margin: attempts a caller makes when every one fails")
 	fs.Float64Var(&cfg.Margin.RetryRatio, "margin-retry-ratio", cfg.Margin.RetryRatio, "bistability margin: the callers' retry budget, retries per first attempt (negative: none)")
-	fs.BoolVar(&cfg.Unguarded, wellknown.FlagUnguarded, false, "turn every defence off: the lab's control fleet (levee storm) only, never production")
+	fs.BoolVar(&cfg.Unguarded, wellknown.FlagUnguarded, false, "turn every defence off: the lab's control fleet (levee-lab) only, never production")
 	logJSON := fs.Bool("log-json", false, "log JSON instead of text")
 	if err := flagenv.Parse(fs, args, lookup); err != nil {
 		return cfg, sec, false, err

@@ -1,5 +1,5 @@
 // Command levee is the operator's tool for a Levee fleet: it starts a local fleet, reads and sets its state,
-// calibrates, issues certificates and runs the lab. Its subcommands:
+// calibrates and issues certificates. Its subcommands:
 //
 //	levee local                      start a whole fleet on this machine (embedded etcd)
 //	levee status   [-addr budgetd]   what the fleet-wide retry budget is doing
@@ -7,7 +7,6 @@
 //	                                 the gateways' runtime settings (clamp, ...)
 //	levee calibrate -target 250ms -concurrency 2 -memory-budget 512MiB
 //	                                 Argon2id parameters for this machine
-//	levee storm    [flags]           the lab: drive a fleet through a failure
 //	levee etcd     [flags]           a single-member embedded etcd (labs, development)
 //	levee certs    [-out DIR]        a development CA and a certificate per component
 //	levee etcd-auth [-etcd ...]      etcd's access control for the fleet's identities
@@ -57,11 +56,8 @@ commands:
              with as many hashes at once as the verifier has workers, and
              print the verifier flags:
                levee calibrate -target 250ms -concurrency 2 -memory-budget 512MiB
-  storm      the lab: start a fleet (and its unguarded control) as separate
-             processes, load it, trigger a failure, and report whether it
-             came back (levee storm -h; docs/lab.md)
   etcd       run a single-member etcd in this process, nothing to install
-             (what levee storm starts for its fleets):
+             (what the lab, levee-lab, starts for its fleets):
                levee etcd -data-dir levee.etcd -client-url http://127.0.0.1:2379
   certs      make a development CA and a certificate for each component
              (mTLS in a development or compose fleet; levee certs -h):
@@ -98,8 +94,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return settingsCmd(ctx, args[1:], stdout, stderr)
 	case "calibrate":
 		return calibrateCmd(ctx, args[1:], stdout, stderr)
-	case "storm":
-		return stormCmd(ctx, args[1:], stdout, stderr)
 	case "etcd":
 		return etcdCmd(ctx, args[1:], stderr)
 	case "certs":

@@ -77,7 +77,7 @@ func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) 
 	fs.StringVar(&cfg.RegistryTarget, "registry-target", cfg.RegistryTarget, "etcd naming target to register under (gateways dial etcd:///<target>)")
 	fs.DurationVar(&cfg.RegistryTTL, "registry-ttl", cfg.RegistryTTL, "registration lease TTL: a verifier that dies vanishes within it (whole seconds, at least 2s)")
 	fs.BoolVar(&cfg.EnableCapacityKnob, wellknown.FlagEnableCapacityKnob, false, "allow VerifierAdminService.SetCapacity (experiments only; with TLS, only to certificates with the admin role)")
-	fs.BoolVar(&cfg.Unguarded, wellknown.FlagUnguarded, false, "turn every overload defence off: the lab's control fleet (levee storm) only, never production")
+	fs.BoolVar(&cfg.Unguarded, wellknown.FlagUnguarded, false, "turn every overload defence off: the lab's control fleet (levee-lab) only, never production")
 	fs.BoolVar(&o.resident, "resident-heap", true, "keep Argon2 memory resident between hashes (GOGC off, soft memory limit)")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON instead of text")
 	if err := flagenv.Parse(fs, args, lookup); err != nil {

@@ -16,6 +16,16 @@ import (
 
 const module = "github.com/leveehq/levee/"
 
+// labModule is the lab's own module, nested in lab/: no product binary may
+// compile it, and no product package may import it.
+const labModule = module + "lab"
+
+// plotting are the modules the lab's reports draw with; a product binary
+// carries only what serves a request.
+var plotting = []string{"gonum.org/v1/plot", "golang.org/x/image", "github.com/golang/freetype",
+	"codeberg.org/go-pdf/fpdf", "codeberg.org/go-latex/latex", "github.com/ajstarks/svgo", "git.sr.ht/~sbinet/gg",
+	"codeberg.org/go-fonts"}
+
 // servers are the packages that serve one of Levee's services. None may
 // import another: what two of them share (the wire contract, the runtime
 // tuning, the ledger) lives in a package of its own.
@@ -145,6 +155,70 @@ func links(imports map[string][]string, from string, to []string) [][]string {
 	return chains
 }
 
+// TestBinariesCarryNoLab: no product binary (./cmd/...) compiles a package
+// of the lab's module or a plotting library.
+func TestBinariesCarryNoLab(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "list", "-deps", "-f", "{{.ImportPath}}", "./cmd/...")
+	cmd.Dir = moduleRoot(t)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps ./cmd/...: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, module+"pkg/gateway") {
+		t.Fatalf("go list -deps ./cmd/... lists no pkg/gateway: the test looks in the wrong place")
+	}
+	for _, d := range deps {
+		if d == labModule || strings.HasPrefix(d, labModule+"/") {
+			t.Errorf("a product binary compiles %s, a package of the lab's module", d)
+		}
+		for _, p := range plotting {
+			if d == p || strings.HasPrefix(d, p+"/") {
+				t.Errorf("a product binary compiles %s, a plotting package: plots are the lab's", d)
+			}
+		}
+	}
+}
+
+// TestProductImportsNoLab: no package of the product, test code included,
+// imports the lab's module; the lab depends on the product, never the other
+// way.
+func TestProductImportsNoLab(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "list", "-json=ImportPath,Imports,TestImports,XTestImports", "./...")
+	cmd.Dir = moduleRoot(t)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	n := 0
+	for dec.More() {
+		var p struct {
+			ImportPath                         string
+			Imports, TestImports, XTestImports []string
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if p.ImportPath == labModule || strings.HasPrefix(p.ImportPath, labModule+"/") {
+			t.Errorf("go list ./... of the product lists %s: the lab is no longer a module of its own", p.ImportPath)
+		}
+		for _, imp := range slices.Concat(p.Imports, p.TestImports, p.XTestImports) {
+			if imp == labModule || strings.HasPrefix(imp, labModule+"/") {
+				t.Errorf("%s imports %s, a package of the lab's module", p.ImportPath, imp)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("go list ./... listed no package")
+	}
+}
+
 // TestArchitectureDocIsCurrent: the table and the graph in
 // docs/architecture.md are what the code says now.
 func TestArchitectureDocIsCurrent(t *testing.T) {
@@ -158,7 +232,7 @@ func TestArchitectureDocIsCurrent(t *testing.T) {
 	if i < 0 || j < i {
 		t.Fatalf("%s has no generated part (between %q and %q)", path, begin, end)
 	}
-	want := generate(list(t, root))
+	want := generate(list(t, root), list(t, filepath.Join(root, "lab")))
 	got := string(doc[i+len(begin) : j])
 	if got == want {
 		return
@@ -173,32 +247,61 @@ func TestArchitectureDocIsCurrent(t *testing.T) {
 	t.Errorf("docs/architecture.md is out of date with the code; regenerate it: LEVEE_UPDATE_DOCS=1 go test ./internal/architecture")
 }
 
-// generate writes the table of packages (each one's job, from its doc
-// synopsis) and a Mermaid graph of their imports.
-func generate(pkgs []pkg) string {
-	slices.SortFunc(pkgs, func(a, b pkg) int { return strings.Compare(a.ImportPath, b.ImportPath) })
+// generate writes the tables of packages (each one's job, from its doc
+// synopsis), the product's and then the lab module's, and a Mermaid graph
+// of their imports with each module drawn apart.
+func generate(product, lab []pkg) string {
 	var b strings.Builder
-	b.WriteString("\n\n| package | its one job |\n|---|---|\n")
-	for _, p := range pkgs {
-		if strings.HasPrefix(p.ImportPath, "gen/") || p.Doc == "" {
-			continue
+	table := func(pkgs []pkg) {
+		slices.SortFunc(pkgs, func(a, b pkg) int { return strings.Compare(a.ImportPath, b.ImportPath) })
+		b.WriteString("| package | its one job |\n|---|---|\n")
+		for _, p := range pkgs {
+			if strings.HasPrefix(p.ImportPath, "gen/") || p.Doc == "" {
+				continue
+			}
+			fmt.Fprintf(&b, "| `%s` | %s |\n", p.ImportPath, strings.TrimSuffix(p.Doc, "."))
 		}
-		fmt.Fprintf(&b, "| `%s` | %s |\n", p.ImportPath, strings.TrimSuffix(p.Doc, "."))
 	}
-	b.WriteString("\nImports between Levee's own packages (tests, generated code and test doubles left out):\n\n```mermaid\nflowchart LR\n")
-	id := func(path string) string { return strings.NewReplacer("/", "_", ".", "_").Replace(path) }
-	for _, p := range pkgs {
-		if strings.HasPrefix(p.ImportPath, "gen/") || strings.HasSuffix(p.ImportPath, "test") || p.ImportPath == "bench" || p.ImportPath == "deploy" {
+	b.WriteString("\n\n")
+	table(product)
+	b.WriteString("\nThe lab is a module of its own (`lab/`, `github.com/leveehq/levee/lab`, with its own `go.mod`): it " +
+		"requires the product, the product's binaries never compile it, and it may depend on what the product must not " +
+		"(plotting):\n\n")
+	table(lab)
+	b.WriteString("\nImports between Levee's own packages (tests, generated code and test doubles left out), each module " +
+		"drawn apart:\n\n```mermaid\nflowchart LR\n")
+	id := func(path string) string { return strings.NewReplacer("/", "_", ".", "_", "-", "_").Replace(path) }
+	drawn := func(p pkg) bool {
+		return !strings.HasPrefix(p.ImportPath, "gen/") && !strings.HasSuffix(p.ImportPath, "test") &&
+			p.ImportPath != "bench" && p.ImportPath != "deploy"
+	}
+	for _, m := range []struct {
+		id, title string
+		pkgs      []pkg
+	}{
+		{"product_module", "the product: github.com/leveehq/levee", product},
+		{"lab_module", "the lab: github.com/leveehq/levee/lab", lab},
+	} {
+		fmt.Fprintf(&b, "  subgraph %s [%s]\n", m.id, m.title)
+		for _, p := range m.pkgs {
+			if !drawn(p) {
+				continue
+			}
+			shape := "[%s]"
+			switch {
+			case slices.Contains(servers, p.ImportPath):
+				shape = "[[%s]]"
+			case strings.HasPrefix(p.ImportPath, "cmd/") || strings.Contains(p.ImportPath, "/cmd/"):
+				shape = "([%s])"
+			}
+			fmt.Fprintf(&b, "    %s"+shape+"\n", id(p.ImportPath), p.ImportPath)
+		}
+		b.WriteString("  end\n")
+	}
+	for _, p := range slices.Concat(product, lab) {
+		if !drawn(p) {
 			continue
 		}
-		shape := "[%s]"
-		switch {
-		case slices.Contains(servers, p.ImportPath):
-			shape = "[[%s]]"
-		case strings.HasPrefix(p.ImportPath, "cmd/"):
-			shape = "([%s])"
-		}
-		fmt.Fprintf(&b, "  %s"+shape+"\n", id(p.ImportPath), p.ImportPath)
 		for _, imp := range p.Imports {
 			if strings.HasSuffix(imp, "test") {
 				continue

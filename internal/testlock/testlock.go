@@ -3,11 +3,12 @@
 // the cores to itself a way to say so.
 //
 // `go test ./...` runs several packages' test binaries at once. The lab's
-// tests (pkg/storm) start whole fleets of processes and drive them at their
-// capacity for minutes; a gateway test that measures its fleet's capacity or
-// waits for a call in flight would, beside them, measure the lab instead.
-// Such packages take the machine lock in TestMain: the lab's package
-// exclusively, timing-sensitive packages shared. The lock is an flock(2) on
+// tests (the lab module, lab/, its own `go test ./...`) start whole fleets
+// of processes and drive them at their capacity for minutes; a gateway test
+// that measures its fleet's capacity or waits for a call in flight would,
+// beside them, measure the lab instead. Such packages take the machine lock
+// in TestMain: the lab's heavy packages exclusively, timing-sensitive
+// packages shared. The lock is an flock(2) on
 // one file in the temporary directory, so it spans processes and is released
 // when the test binary exits, however it exits.
 //

@@ -92,7 +92,7 @@ type Config struct {
 	PushbackMax time.Duration
 
 	// Unguarded turns every defence off, making the gateway the plain proxy
-	// of the lab's control fleet (levee storm): each call goes to the next
+	// of the lab's control fleet (levee-lab): each call goes to the next
 	// verifier whose health says SERVING, round robin, under the caller's
 	// own deadline (none added), with no admission, no deadline check, no
 	// breaker, no retry, no budget (BudgetTarget is ignored), no

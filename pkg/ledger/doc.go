@@ -14,5 +14,5 @@
 //
 // The package has no I/O and no clock of its own: callers pass the time, so
 // budgetd, its test double (pkg/budget/budgettest) and the lab's simulator
-// (pkg/storm) run the one algorithm.
+// (in the lab module, lab/) run the one algorithm.
 package ledger

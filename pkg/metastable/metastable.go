@@ -21,7 +21,7 @@
 //     cheaply has no congested state below capacity, however its callers
 //     retry. It can still have congested states of its own making — an
 //     estimate, a limit or a breaker stuck in a bad state — which this
-//     arithmetic does not see and the lab (levee storm) does.
+//     arithmetic does not see and the lab (levee-lab) does.
 //
 // A congested fixed point exists when the load reached from total failure
 // stays above C. Margin expresses it as a number: 1 − L/C, positive when the

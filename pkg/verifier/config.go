@@ -86,7 +86,7 @@ type Config struct {
 	// the node's capacity on purpose for experiments. Off by default.
 	EnableCapacityKnob bool
 	// Unguarded turns every overload defence off, making the node the plain
-	// server of the lab's control fleet (levee storm): an unbounded FIFO
+	// server of the lab's control fleet (levee-lab): an unbounded FIFO
 	// queue (QueueCapacity, MaxQueueWait and LIFOAfter are ignored), no
 	// deadline checks at arrival or dequeue, and every queued hash computed
 	// even when its caller has left (workpool.Config.Unguarded). Never for

@@ -126,15 +126,30 @@ const (
 	MetricBudgetTokens    = "levee_budget_tokens"
 )
 
+// Metrics of the Go runtime and the process, which every server exports
+// (its registry's Go and process collectors) and the lab reads.
+const (
+	MetricProcessCPU       = "process_cpu_seconds_total"
+	MetricProcessResident  = "process_resident_memory_bytes"
+	MetricProcessOpenFDs   = "process_open_fds"
+	MetricProcessStartTime = "process_start_time_seconds"
+	MetricGoGoroutines     = "go_goroutines"
+)
+
+// processMetrics are every server's (on Linux, where the process collector
+// reads /proc).
+var processMetrics = []string{MetricProcessCPU, MetricProcessResident, MetricProcessOpenFDs, MetricProcessStartTime,
+	MetricGoGoroutines}
+
 // GatewayMetrics, VerifierMetrics, BudgetdMetrics and BudgetMetrics are the
 // metrics named here that each component must export (its tests check).
 var (
-	GatewayMetrics = []string{MetricGatewayAdmitted, MetricGatewayLate, MetricGatewayFailed, MetricGatewayRefused,
+	GatewayMetrics = append([]string{MetricGatewayAdmitted, MetricGatewayLate, MetricGatewayFailed, MetricGatewayRefused,
 		MetricGatewayFleetRetries, MetricGatewayLimit, MetricGatewayInflight, MetricGatewayAutopilotEngaged,
 		MetricGatewayVerifierBreaker, MetricGatewayVerifierServing, MetricGatewayMargin, MetricGatewayMarginOffered,
-		MetricGatewayMarginCapacity, MetricGatewayMarginCongestedAt}
-	VerifierMetrics = []string{MetricVerifierAttempts, MetricVerifierLate, MetricVerifierDropped,
-		MetricVerifierQueueWait, MetricVerifierQueueLength, MetricVerifierExpectedService}
-	BudgetdMetrics = []string{MetricBudgetdIsLeader}
+		MetricGatewayMarginCapacity, MetricGatewayMarginCongestedAt}, processMetrics...)
+	VerifierMetrics = append([]string{MetricVerifierAttempts, MetricVerifierLate, MetricVerifierDropped,
+		MetricVerifierQueueWait, MetricVerifierQueueLength, MetricVerifierExpectedService}, processMetrics...)
+	BudgetdMetrics = append([]string{MetricBudgetdIsLeader}, processMetrics...)
 	BudgetMetrics  = []string{MetricBudgetFallback, MetricBudgetTokens}
 )

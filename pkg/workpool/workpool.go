@@ -35,7 +35,7 @@
 //     are expected to run at once, not the workers.
 //
 // Config.Unguarded turns every one of these defences off, for the lab's
-// control fleet (levee storm): see its doc.
+// control fleet (levee-lab): see its doc.
 //
 // A Pool is safe for concurrent use. Its workers are started by New and
 // stopped, and waited for, by Close.
@@ -101,7 +101,7 @@ type Config struct {
 	Now func() time.Time
 
 	// Unguarded turns the pool into the plain server whose metastable
-	// failure Levee exists to prevent, so that the lab (levee storm) can
+	// failure Levee exists to prevent, so that the lab (levee-lab) can
 	// show that failure beside a guarded fleet: no admission at arrival (the
 	// queue is unbounded, and MaxQueueWait and deadlines are ignored),
 	// strictly oldest first (no LIFO), and every queued job runs, even after

@@ -1,0 +1,238 @@
+package experiment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/lab/observe"
+	"github.com/leveehq/levee/pkg/budget"
+	"github.com/leveehq/levee/pkg/callmeta"
+	"github.com/leveehq/levee/pkg/client"
+	"github.com/leveehq/levee/pkg/mtls"
+)
+
+// population is a mix of clients ready to call one fleet during one
+// experiment: its connections, its pkg/client processes and their budget
+// clients, all recording into one series.
+type population struct {
+	cfg     Clients
+	q       Request
+	s       *observe.Series
+	conns   []*grpc.ClientConn
+	rpcs    []verifyv1.VerifyServiceClient
+	levee   []*client.Client
+	budgets []*budget.Client
+
+	kinds  []Kind
+	kindCw []float64 // cumulative weights
+	pris   []callmeta.Priority
+	priCw  []float64
+
+	rr       atomic.Uint64
+	inflight atomic.Int64
+}
+
+// newPopulation dials the target and, for the levee population, starts
+// cfg.Levee.Processes budget clients against budgetdTarget ("" means no
+// budget: pkg/client then never retries).
+func newPopulation(cfg Clients, q Request, target, budgetdTarget string, id *mtls.Source, s *observe.Series, log *slog.Logger) (*population, error) {
+	p := &population{cfg: cfg, q: q, s: s}
+	for k, share := range cfg.Mix {
+		if share > 0 {
+			p.kinds = append(p.kinds, k)
+		}
+	}
+	sort.Slice(p.kinds, func(i, j int) bool { return p.kinds[i] < p.kinds[j] }) // a seed gives the same run
+	for _, k := range p.kinds {
+		p.kindCw = append(p.kindCw, last(p.kindCw)+cfg.Mix[k])
+	}
+	for _, pr := range []callmeta.Priority{callmeta.Critical, callmeta.Interactive, callmeta.Batch} {
+		if share := cfg.Priorities[pr]; share > 0 {
+			p.pris = append(p.pris, pr)
+			p.priCw = append(p.priCw, last(p.priCw)+share)
+		}
+	}
+	for range cfg.Conns {
+		cc, err := grpc.NewClient(target, id.DialOption(""), grpc.WithDisableRetry())
+		if err != nil {
+			p.close()
+			return nil, fmt.Errorf("experiment: dial %s: %w", target, err)
+		}
+		p.conns = append(p.conns, cc)
+		p.rpcs = append(p.rpcs, verifyv1.NewVerifyServiceClient(recordingConn{cc: cc, s: s}))
+	}
+	if cfg.Mix[Levee] > 0 {
+		for i := range cfg.Levee.Processes {
+			cc := cfg.Levee
+			ccfg := client.DefaultConfig()
+			ccfg.MaxAttempts = cc.MaxAttempts
+			ccfg.Deadline.Default = cc.Deadline
+			if budgetdTarget != "" {
+				bc := budget.DefaultConfig()
+				bc.Target = budgetdTarget
+				bc.ClientID = fmt.Sprintf("storm/%d/%s", i, budget.DefaultClientID())
+				bc.Keys = []string{cc.BudgetKey}
+				bc.Logger = log
+				bc.DialOptions = []grpc.DialOption{id.DialOption("")}
+				b, err := budget.New(bc)
+				if err != nil {
+					p.close()
+					return nil, fmt.Errorf("experiment: budget client: %w", err)
+				}
+				p.budgets = append(p.budgets, b)
+				key, err := b.Key(cc.BudgetKey)
+				if err != nil {
+					p.close()
+					return nil, fmt.Errorf("experiment: budget key: %w", err)
+				}
+				ccfg.Budget = key
+			}
+			lc, err := client.New(recordingConn{cc: p.conns[i%len(p.conns)], s: s}, ccfg)
+			if err != nil {
+				p.close()
+				return nil, fmt.Errorf("experiment: levee client: %w", err)
+			}
+			p.levee = append(p.levee, lc)
+		}
+	}
+	return p, nil
+}
+
+func last(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	return xs[len(xs)-1]
+}
+
+func pick[T any](rng *rand.Rand, items []T, cw []float64) (T, bool) {
+	var zero T
+	if len(items) == 0 {
+		return zero, false
+	}
+	u := rng.Float64() * last(cw)
+	i := sort.SearchFloat64s(cw, u)
+	return items[min(i, len(items)-1)], true
+}
+
+func (p *population) close() {
+	for _, b := range p.budgets {
+		_ = b.Close()
+	}
+	for _, cc := range p.conns {
+		_ = cc.Close()
+	}
+}
+
+// drive sends open-loop Poisson arrivals at rate(t) logical requests per
+// second from the series' start for d, then waits for every logical request
+// to end (each is bounded by its population's patience; ctx ending cuts
+// them short). Arrivals are scheduled, not paced by answers: a slow fleet
+// gets the same arrivals as a fast one. When the lab falls behind schedule it
+// sends at once what is due, so the rate holds on average.
+func (p *population) drive(ctx context.Context, rng *rand.Rand, rate func(time.Duration) float64, d time.Duration) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	start := p.s.Start()
+	next := start
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		t := next.Sub(start)
+		if t >= d || ctx.Err() != nil {
+			return
+		}
+		lambda := rate(t)
+		if !(lambda > 0) {
+			next = next.Add(10 * time.Millisecond)
+			continue
+		}
+		if wait := time.Until(next); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			}
+		}
+		arrival := next
+		next = next.Add(time.Duration(rng.ExpFloat64() / lambda * float64(time.Second)))
+		kind, _ := pick(rng, p.kinds, p.kindCw)
+		pri, _ := pick(rng, p.pris, p.priCw)
+		p.s.Add(arrival, func(x *observe.Second) { x.Offered.Add(1) })
+		if p.inflight.Load() >= int64(p.cfg.MaxInFlight) {
+			p.s.Add(arrival, func(x *observe.Second) { x.Dropped.Add(1) })
+			continue
+		}
+		p.inflight.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer p.inflight.Add(-1)
+			p.one(ctx, kind, pri, arrival)
+		}()
+	}
+}
+
+// one runs a logical request of kind and records its fate.
+func (p *population) one(ctx context.Context, kind Kind, pri callmeta.Priority, arrival time.Time) {
+	n := p.rr.Add(1)
+	rpc := p.rpcs[n%uint64(len(p.rpcs))]
+	f := callmeta.Facts{Priority: pri}
+	var ok bool
+	switch kind {
+	case Naive:
+		ok = attemptsUntilOK(ctx, rpc, p.q, f, p.cfg.Naive.Attempts, p.cfg.Naive.Timeout, 0, p.s)
+	case Human:
+		ok = attemptsUntilOK(ctx, rpc, p.q, f, p.cfg.Human.Tries, p.cfg.Human.Patience, p.cfg.Human.Think, p.s)
+	case NoDeadline:
+		// No deadline on the wire: the lab's cap is a cancellation.
+		cctx, cancel := context.WithCancel(ctx)
+		stop := time.AfterFunc(p.cfg.NoDeadline.Cap, cancel)
+		ok = attemptsUntilOK(cctx, rpc, p.q, f, 1, 0, 0, p.s)
+		stop.Stop()
+		cancel()
+	case Levee:
+		lc := p.levee[n%uint64(len(p.levee))]
+		cctx, cancel := context.WithTimeout(ctx, p.cfg.Levee.Deadline)
+		var opts []client.CallOption
+		if pri != callmeta.PriorityUnspecified {
+			opts = append(opts, client.WithPriority(pri))
+		}
+		v, err := lc.Verify(cctx, p.q.hash, p.q.password, opts...)
+		cancel()
+		ok = err == nil
+		if ok && !v.Match {
+			p.s.Add(time.Now(), func(x *observe.Second) { x.Wrong.Add(1) })
+		}
+	}
+	end := time.Now()
+	took := end.Sub(arrival)
+	p.s.Add(end, func(x *observe.Second) {
+		if ok {
+			x.Goodput.Add(1)
+		} else {
+			x.Failed.Add(1)
+		}
+	})
+	p.s.Add(arrival, func(x *observe.Second) {
+		x.ArrivedEnded.Add(1)
+		if ok {
+			x.ArrivedOK.Add(1)
+			x.Latency[observe.LatBucket(took)].Add(1)
+		}
+	})
+}
+
+// errNoTarget is returned when a fleet has no Verify address to call.
+var errNoTarget = errors.New("experiment: the fleet has no target address")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -167,7 +168,7 @@ func StartCompose(ctx context.Context, cfg ComposeConfig, unguarded bool) (*Flee
 		gp, mp := composeBudgetdPort(i)
 		addr := "127.0.0.1:" + strconv.Itoa(gp)
 		m := &Member{Name: "budgetd-" + strconv.Itoa(i), Role: RoleBudgetd, Addr: addr,
-			Metrics: "http://127.0.0.1:" + strconv.Itoa(mp) + "/metrics", advertised: "budgetd" + strconv.Itoa(i) + ":7702"}
+			Metrics: "http://127.0.0.1:" + strconv.Itoa(mp) + "/metrics", advertised: net.JoinHostPort("budgetd"+strconv.Itoa(i), strconv.Itoa(wellknown.BudgetdPort))}
 		if err := add(m, "budgetd"+strconv.Itoa(i), grpcServing(addr, "", f.TLS)); err != nil {
 			return nil, err
 		}

@@ -112,16 +112,32 @@ func TestLocalFleet(t *testing.T) {
 	}
 
 	// What other programs read from each member's /metrics is there, under
-	// the names they read it by.
-	for _, m := range []struct {
+	// the names they read it by. Each verifier answers one call first: a
+	// series with labels shows once it has counted something.
+	members := []struct {
 		addr  string
 		names []string
 	}{
 		{a.GatewayMetrics, wellknown.GatewayMetrics},
 		{a.GatewayMetrics, wellknown.BudgetMetrics}, // the gateway's own budget client
 		{a.BudgetdMetrics, wellknown.BudgetdMetrics},
-		{a.VerifierMetrics[0], wellknown.VerifierMetrics},
-	} {
+	}
+	for i, addr := range a.Verifiers {
+		vcc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = verifyv1.NewVerifyServiceClient(vcc).Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: h.GetEncodedHash(), Password: []byte("local secret")})
+		vcc.Close()
+		if err != nil {
+			t.Fatalf("Verify at verifier %s: %v", addr, err)
+		}
+		members = append(members, struct {
+			addr  string
+			names []string
+		}{a.VerifierMetrics[i], wellknown.VerifierMetrics})
+	}
+	for _, m := range members {
 		// Per-verifier gauges are refreshed once a second.
 		var missing []string
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {

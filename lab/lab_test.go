@@ -135,19 +135,19 @@ func TestLabControlStuckLeveeRecovers(t *testing.T) {
 }
 
 // TestSoakNoGrowth is the soak's short version (docs/faults.md has the 30
-// minute one): a Levee fleet of separate processes at 0.8 C for two minutes
+// minute one): a Levee fleet of separate processes at 0.8 C for 90 s
 // after the warm-up, every member's resident memory, goroutines and open
 // files read each second. None may grow beyond its allowance from the first
 // fifth of the span to the last, and the fleet must serve.
 func TestSoakNoGrowth(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs a fleet at 0.8 C for about three minutes")
+		t.Skip("runs a fleet at 0.8 C for about two minutes")
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	cfg := DefaultConfig()
 	cfg.Mode = SoakMode
-	cfg.Soak.Duration, cfg.Soak.Load = 2*time.Minute, 0.8
+	cfg.Soak.Duration, cfg.Soak.Load = 90*time.Second, 0.8
 	cfg.Local.Bin = buildBinaries(ctx, t)
 	cfg.Local.Dir = t.TempDir()
 	cfg.Fleets = []string{"levee"}

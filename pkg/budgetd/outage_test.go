@@ -22,9 +22,9 @@ import (
 // budget.Clients, each with its own connection to a real budgetd over
 // loopback) send 10 first attempts a second each; every attempt fails and
 // asks for up to two retries, so the budget is all that stops them. budgetd
-// goes away for 30 s (the clients fall back to their local budgets) and a new
+// goes away for 15 s (the clients fall back to their local budgets) and a new
 // leader with an empty ledger takes over on the same address. Counted over
-// the outage and the 30 s after it, retries stay within Ratio × first
+// the outage and the 15 s after it, retries stay within Ratio × first
 // attempts (those of the span and those made before it that only the new
 // leader heard of), plus the tokens the clients held when the outage began, plus
 // the fleet's min_per_second over the span: the local budgets and the new
@@ -36,8 +36,8 @@ func TestRetryRatioThroughAnOutage(t *testing.T) {
 		clients   = 500
 		perSecond = 10
 		warmup    = 5 * time.Second
-		outage    = 30 * time.Second
-		after     = 30 * time.Second
+		outage    = 15 * time.Second // longer than a lease (3 s) and ForgetAfter (10 s)
+		after     = 15 * time.Second
 	)
 	settings := ledger.DefaultSettings() // ratio 0.1, burst 100, 1/s
 	endpoints := etcdtest.StartEtcd(t)

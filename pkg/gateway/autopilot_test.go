@@ -393,7 +393,6 @@ func TestAutopilotEngagesUnderDefaultQueueBounds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drives the autopilot's ticks for seconds")
 	}
-	testlock.Quiet(t) // judged by what a loaded fleet answers in time
 	maxWait := verifier.DefaultConfig().MaxQueueWait
 	for _, tc := range []struct {
 		name       string

@@ -11,7 +11,7 @@
 #
 # The product's tests run first and the lab's after them, so that the lab's
 # fleets, which load the machine for minutes, never share the cores with a
-# test that measures time; what the lab needs built is built meanwhile.
+# test that measures time.
 #
 #   scripts/test.sh                 everything
 #   scripts/test.sh -run TestX      extra flags go to both go test runs
@@ -67,32 +67,10 @@ fi
 # Docker is here: the fault suite must run, not skip.
 export LEVEE_REQUIRE_DOCKER=1
 
-# While the product's tests run, build what the lab's tests need and
-# measure nothing: the compose fleet's images (the fault suite rebuilds them
-# from the cache in seconds) and the lab's test binaries. The build holds
-# the machine lock shared, as the product's timing-sensitive packages do,
-# so it never runs beside a quiet test or the lab (see internal/testlock).
-lock="${TMPDIR:-/tmp}/levee-tests.lock"
-build_log=$(mktemp)
-trap 'rm -f "$build_log"' EXIT
-(
-  flock -s 9
-  scripts/docker-build.sh && (cd lab && go test -race -exec true -run '^$' ./... >/dev/null)
-) 9>>"$lock" >"$build_log" 2>&1 &
-build=$!
-
 start=$SECONDS
 echo "--- product: go test -race ./..."
-# -p 4 on two cores: most of these packages wait on etcd leases and
-# deadlines rather than compute, and a test that needs the cores says so.
-go test -race -p 4 -timeout 30m "$@" ./...
+go test -race -timeout 30m "$@" ./...
 echo "--- product tests took $((SECONDS - start)) s"
-
-if ! wait "$build"; then
-  cat "$build_log" >&2
-  echo "scripts/test.sh: building the compose images or the lab's tests failed" >&2
-  exit 1
-fi
 
 start=$SECONDS
 echo "--- lab: go test -race ./... in lab/"

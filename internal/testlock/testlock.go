@@ -2,15 +2,19 @@
 // running beside the tests that measure time, and gives a test that needs
 // the cores to itself a way to say so.
 //
-// `go test ./...` runs several packages' test binaries at once. The lab's
-// tests (the lab module, lab/, its own `go test ./...`) start whole fleets
-// of processes and drive them at their capacity for minutes; a gateway test
-// that measures its fleet's capacity or waits for a call in flight would,
-// beside them, measure the lab instead. Such packages take the machine lock
-// in TestMain: the lab's heavy packages exclusively, timing-sensitive
-// packages shared. The lock is an flock(2) on
-// one file in the temporary directory, so it spans processes and is released
-// when the test binary exits, however it exits.
+// `go test ./...` runs several packages' test binaries at once. Three kinds
+// of package take the machine lock in TestMain:
+//
+//   - exclusively, a package whose tests keep every core busy: the lab's
+//     fleets (lab/, a module of its own), Argon2 hashed on every core, a
+//     simulation;
+//   - shared, a package whose tests measure time (a deadline, a lease, a
+//     call in flight): beside the first kind it would measure them;
+//   - none, the rest.
+//
+// The lock is an flock(2) on one file in the temporary directory, so it
+// spans processes and is released when the test binary exits, however it
+// exits.
 //
 // The lock is taken before testing.M.Run, where go test's -timeout has not
 // started yet; a package waiting for the lab does not use up its timeout.

@@ -14,9 +14,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// The concurrency and simulation tests keep every core busy: not beside
-	// a quiet test (see testlock).
-	testlock.Shared()
+	// The concurrency and simulation tests keep every core busy and measure
+	// no time (the limiter's clock is a fake): they run alone, not beside a
+	// package whose tests do (see testlock).
+	testlock.Exclusive()
 	goleak.VerifyTestMain(m)
 }
 

@@ -13,9 +13,9 @@ import (
 // Argon2 with p > 1 runs goroutines inside x/crypto, and the interop tests run
 // a subprocess; neither may outlive its call.
 func TestMain(m *testing.M) {
-	// They hash for seconds on every core: not beside a quiet test (see
-	// testlock).
-	testlock.Shared()
+	// They hash for seconds on every core and measure no time: they run
+	// alone, not beside a package whose tests do (see testlock).
+	testlock.Exclusive()
 	goleak.VerifyTestMain(m)
 }
 

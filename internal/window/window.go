@@ -78,7 +78,8 @@ func (w *Window) slot(t time.Time) []float64 {
 	if b <= w.newest-int64(len(w.idx)) {
 		return nil
 	}
-	s := int(uint64(b) % uint64(len(w.idx)))
+	n := int64(len(w.idx))
+	s := int(((b % n) + n) % n) // a bucket before the origin is negative
 	vals := w.data[s*w.values : (s+1)*w.values]
 	if w.idx[s] != b {
 		w.idx[s] = b

@@ -94,6 +94,24 @@ func TestNegativeTimes(t *testing.T) {
 	}
 }
 
+// Buckets on both sides of the origin each keep their own slot: a window
+// of ten spanning five before it and five after holds all ten. (The ledger
+// spreads a report over the seconds it covers, which may begin before the
+// ledger did.)
+func TestBucketsBeforeTheOriginKeepTheirOwnSlots(t *testing.T) {
+	w := New(10, time.Second, 1).AlignTo(t0)
+	for b := -5; b < 5; b++ {
+		w.Add(at(time.Duration(b)*time.Second), 0, float64(b+100))
+	}
+	want := 0.0
+	for b := -5; b < 5; b++ {
+		want += float64(b + 100)
+	}
+	if got := w.Sum(at(4*time.Second), 0); got != want {
+		t.Errorf("sum %v over buckets -5 to 4, want %v: a bucket before the origin shared a slot", got, want)
+	}
+}
+
 // Aligned to an origin, the buckets' edges are the origin and every width
 // after it.
 func TestAlignTo(t *testing.T) {

@@ -84,7 +84,7 @@ func TestRunSearch(t *testing.T) {
 				c.Target = 10 * time.Second
 				c.MemoryBudget = 64 << 20
 			},
-			wantM: 32 << 10, wantT: 16, bound: "iteration cap",
+			wantM: 32 << 10, wantT: verify.DefaultLimits().MaxIterations, bound: "iteration cap",
 		},
 		{
 			name: "p=2 at 2 hashes on 2 cores halves the speed",
@@ -140,7 +140,7 @@ func TestRunSearch(t *testing.T) {
 			}
 			wantT := tt.wantT
 			if wantT == 0 {
-				for wantT = cfg.MinIterations; wantT < 16; wantT++ {
+				for wantT = cfg.MinIterations; wantT < verify.DefaultLimits().MaxIterations; wantT++ {
 					next := p
 					next.Iterations = wantT + 1
 					if p95(md, next, cfg.Concurrency, cfg.Samples) > cfg.Target {
@@ -303,12 +303,14 @@ func TestRunStopsWithContext(t *testing.T) {
 
 // A real calibration with tiny parameters: whatever this machine's speed
 // (or the race detector's), the printed flags make a valid policy within the
-// budget.
+// budget. The target is far above the cheapest policy's ~1 ms so that one
+// descheduled sample on a busy machine cannot push it over; whether the
+// 4 MiB policy fits depends on the machine, and either answer is valid.
 func TestRunArgon2Smoke(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cfg := calibrate.DefaultConfig()
-	cfg.Target = 5 * time.Millisecond
+	cfg.Target = 250 * time.Millisecond
 	cfg.MemoryBudget = 4 << 20
 	cfg.Concurrency = 1
 	cfg.Samples = 5

@@ -12,14 +12,19 @@ import (
 // "retry after N ms", and a negative or malformed value means "do not
 // retry". The others are a verifier's account of a call it ran: how long the
 // call waited for a worker and how long its hash took, in whole
-// microseconds, how many policy hashes the node can start at once now
+// microseconds, the time the node expected the call to take when it
+// admitted it (the weight of its service time: a cheap hash says little of
+// the node's speed), how many policy hashes the node can start at once now
 // (its active workers, or fewer when its memory budget holds fewer), and the
 // longest queue wait it admits an arrival to (its -max-queue-wait; absent
-// from a node that bounds no queue).
+// from a node that bounds no queue). docs/verifier.md ("What an answer
+// says") is the contract: which status and trailers a verifier answers
+// with, and what each means.
 const (
 	PushbackKey     = "grpc-retry-pushback-ms"
 	QueueWaitKey    = "levee-queue-wait-us"
 	ServiceTimeKey  = "levee-service-us"
+	ExpectedKey     = "levee-expected-us"
 	WorkersKey      = "levee-workers"
 	MaxQueueWaitKey = "levee-max-queue-wait-us"
 )
@@ -34,7 +39,10 @@ const maxPushback = time.Hour
 type Served struct {
 	QueueWait time.Duration
 	Service   time.Duration
-	Workers   int
+	// Expected is what the node expected the call to take when it admitted
+	// it (its cost model's estimate); the trailer omits it when ≤ 0.
+	Expected time.Duration
+	Workers  int
 	// MaxQueueWait is the node's bound on an arrival's projected queue
 	// wait; a node that sets none sends a MaxQueueWait ≤ 0, which the
 	// trailer omits.
@@ -50,6 +58,9 @@ func (s Served) Trailer() metadata.MD {
 	if s.MaxQueueWait > 0 {
 		md.Set(MaxQueueWaitKey, strconv.FormatInt(s.MaxQueueWait.Microseconds(), 10))
 	}
+	if s.Expected > 0 {
+		md.Set(ExpectedKey, strconv.FormatInt(s.Expected.Microseconds(), 10))
+	}
 	return md
 }
 
@@ -59,8 +70,8 @@ func ServedFrom(md metadata.MD) Served {
 	if w > math.MaxInt32 {
 		w = -1
 	}
-	return Served{QueueWait: micros(md, QueueWaitKey), Service: micros(md, ServiceTimeKey), Workers: int(w),
-		MaxQueueWait: micros(md, MaxQueueWaitKey)}
+	return Served{QueueWait: micros(md, QueueWaitKey), Service: micros(md, ServiceTimeKey),
+		Expected: micros(md, ExpectedKey), Workers: int(w), MaxQueueWait: micros(md, MaxQueueWaitKey)}
 }
 
 // DoNotRetry is the pushback trailer that tells a caller not to retry: the

@@ -10,7 +10,8 @@ import (
 )
 
 func TestServedRoundTrip(t *testing.T) {
-	s := Served{QueueWait: 1500 * time.Microsecond, Service: 134 * time.Millisecond, Workers: 4, MaxQueueWait: time.Second}
+	s := Served{QueueWait: 1500 * time.Microsecond, Service: 134 * time.Millisecond, Expected: 120 * time.Millisecond,
+		Workers: 4, MaxQueueWait: time.Second}
 	if got := ServedFrom(s.Trailer()); got != s {
 		t.Errorf("ServedFrom(Trailer()) = %+v, want %+v", got, s)
 	}
@@ -19,15 +20,21 @@ func TestServedRoundTrip(t *testing.T) {
 	if got := ServedFrom(s.Trailer()); got.MaxQueueWait != -1 || got.Workers != 4 {
 		t.Errorf("ServedFrom(Trailer()) without a queue bound = %+v, want MaxQueueWait -1", got)
 	}
+	// Nor does a node that names no expected cost (an older one).
+	s.Expected = 0
+	if got := ServedFrom(s.Trailer()); got.Expected != -1 || got.Service != s.Service {
+		t.Errorf("ServedFrom(Trailer()) without an expected cost = %+v, want Expected -1", got)
+	}
 	// Absent, repeated, negative, non-numeric and overflowing fields read as
 	// -1, each on its own.
 	for _, md := range []metadata.MD{
 		{},
-		{QueueWaitKey: {"1", "2"}, ServiceTimeKey: {"-5"}, WorkersKey: {"four"}, MaxQueueWaitKey: {"1s"}},
+		{QueueWaitKey: {"1", "2"}, ServiceTimeKey: {"-5"}, WorkersKey: {"four"}, MaxQueueWaitKey: {"1s"},
+			ExpectedKey: {"1.5"}},
 		{QueueWaitKey: {"99999999999999999999"}, ServiceTimeKey: {"9223372036854775807"}, WorkersKey: {"4294967296"},
-			MaxQueueWaitKey: {"-1000000"}},
+			MaxQueueWaitKey: {"-1000000"}, ExpectedKey: {"-3"}},
 	} {
-		if got := ServedFrom(md); got != (Served{-1, -1, -1, -1}) {
+		if got := ServedFrom(md); got != (Served{-1, -1, -1, -1, -1}) {
 			t.Errorf("ServedFrom(%v) = %+v, want every field -1", md, got)
 		}
 	}

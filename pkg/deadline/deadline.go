@@ -143,6 +143,24 @@ func CanFinishAt(ctx context.Context, now time.Time, cost time.Duration) bool {
 	return left > max(cost, 0)
 }
 
+// Passed reports whether ctx ended because its deadline passed, as opposed
+// to its caller leaving: ctx.Err() is DeadlineExceeded, or ctx was
+// cancelled no more than margin before its deadline. A gRPC client resets
+// the stream as its deadline passes, and the reset can reach the server
+// before the server's own copy of the deadline fires (the copy is later by
+// the request's transit), so a cancel that close to the deadline is the
+// deadline. False while ctx is not done.
+func Passed(ctx context.Context, margin time.Duration) bool {
+	switch err := ctx.Err(); {
+	case err == nil:
+		return false
+	case errors.Is(err, context.DeadlineExceeded):
+		return true
+	}
+	left, ok := Remaining(ctx)
+	return ok && left <= margin
+}
+
 // Ensure returns a context derived from ctx whose deadline is bounded: the
 // Default from now when ctx has none, Max from now when ctx's deadline is
 // further away than that, and ctx's own deadline otherwise. The returned

@@ -360,3 +360,45 @@ func TestInterceptorConstructorsPanicOnInvalidConfig(t *testing.T) {
 		})
 	}
 }
+
+// Passed tells a deadline passing from a caller leaving: a cancel is the
+// deadline only when it came within the margin of it.
+func TestPassed(t *testing.T) {
+	const margin = 50 * time.Millisecond
+	tests := []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want bool
+	}{
+		{"not done", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), time.Hour)
+		}, false},
+		{"deadline exceeded", func() (context.Context, context.CancelFunc) {
+			return context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+		}, true},
+		{"cancelled long before the deadline", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+			cancel()
+			return ctx, cancel
+		}, false},
+		{"cancelled within the margin of the deadline", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithTimeout(context.Background(), margin/2)
+			cancel()
+			return ctx, cancel
+		}, true},
+		{"cancelled, no deadline", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			return ctx, cancel
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := tt.ctx()
+			defer cancel()
+			if got := Passed(ctx, margin); got != tt.want {
+				t.Errorf("Passed = %v, want %v (ctx.Err() = %v)", got, tt.want, ctx.Err())
+			}
+		})
+	}
+}

@@ -1,9 +1,11 @@
 package verify
 
 import (
-	"slices"
+	"math/bits"
 	"sync"
 	"time"
+
+	"github.com/leveehq/levee/internal/recent"
 )
 
 // CostModel predicts how long one check against a stored hash holds a
@@ -21,10 +23,24 @@ import (
 //     Parallelism), Parallelism being the cores each worker has to itself
 //     (x/crypto runs the lanes of a pass concurrently); 1 for every other
 //     family;
-//   - stretch is how much slower than calibrated this node runs now: the
-//     median of measured ÷ predicted over the family's last StretchSamples
-//     runs no older than StretchWindow, clamped to [MinStretch, MaxStretch];
-//     exactly 1 with fewer than MinStretchSamples such runs.
+//   - stretch is how much slower than calibrated this node runs now, learnt
+//     from recent runs of the hash's shape (its family, and for Argon2 its
+//     class of p): the median of measured ÷ predicted over the shape's
+//     samples no older than StretchWindow, each weighted by its predicted
+//     cost, clamped to [MinStretch, MaxStretch]; exactly 1 unless those
+//     samples add up to MinStretchSamples estimates of the hash asked about.
+//
+// The stretch learns from callers' hashes, and a caller chooses which
+// stored hashes it sends: what one caller sends must not move the estimate
+// everyone else's calls are admitted by. A run counts by the work it was
+// predicted to be, so a flood of tiny hashes (m = 8 KiB) weighs what its
+// work weighs, which is nothing beside one real one; a shape keeps at most
+// StretchSamples runs, and a new run displaces the lightest fresh one, so
+// light runs displace each other and not the heavier ones; and hashes of another p learn apart, since x/crypto runs
+// lanes on cores a worker does not own and a wide hash runs faster than
+// predicted. To move the stretch of the policy's hashes, a caller must send
+// as much work of that shape as everyone else: a share of the node, which
+// is admission's business, not the estimate's.
 //
 // The model has no absorbing state. Nothing but base is kept for longer
 // than StretchWindow: a node whose estimate rose refuses more, learns less,
@@ -40,24 +56,39 @@ type CostModel struct {
 	mu         sync.Mutex
 	base       [numFamilies]float64 // seconds per unit of work
 	calibrated [numFamilies]bool
-	recent     [numFamilies]samples
+	recent     [numFamilies][numLaneClasses]recent.Samples // measured ÷ predicted, weighted by predicted seconds
 }
 
 // Stretch bounds and the learning window; see CostModel.
 const (
 	MinStretch        = 0.5
 	MaxStretch        = 4.0
-	StretchSamples    = 16
+	StretchSamples    = recent.Capacity
 	MinStretchSamples = 3
 	StretchWindow     = 10 * time.Second
 )
 
-// samples is a ring of recent measured ÷ predicted ratios.
-type samples struct {
-	ratio [StretchSamples]float64
-	at    [StretchSamples]time.Time
-	next  int
-	n     int
+// numLaneClasses is how many classes of Argon2's p learn apart: p = 1, 2,
+// 3–4, 5–8, 9–16 and more (laneClass).
+const numLaneClasses = 6
+
+// laneClass is the class of h's p that its runs are learnt in.
+func laneClass(h *Hash) int {
+	if !h.Algorithm.isArgon2() || h.Params.Parallelism <= 1 {
+		return 0
+	}
+	return min(bits.Len8(h.Params.Parallelism-1), numLaneClasses-1)
+}
+
+// stretchOf is the weighted median ratio of r's fresh runs at now, or 1
+// unless there are MinStretchSamples of them weighing at least
+// MinStretchSamples × predicted seconds.
+func stretchOf(r *recent.Samples, now time.Time, predicted float64) float64 {
+	med, n, total := r.Median(now)
+	if n < MinStretchSamples || total < MinStretchSamples*predicted {
+		return 1
+	}
+	return min(max(med, MinStretch), MaxStretch)
 }
 
 // Cost families: Argon2id and Argon2i share one; every other algorithm has its
@@ -99,7 +130,13 @@ func NewCostModel(parallelism int, now func() time.Time) *CostModel {
 	if now == nil {
 		now = time.Now
 	}
-	return &CostModel{parallelism: max(parallelism, 1), now: now, base: priors}
+	m := &CostModel{parallelism: max(parallelism, 1), now: now, base: priors}
+	for f := range m.recent {
+		for c := range m.recent[f] {
+			m.recent[f][c] = recent.New(StretchWindow)
+		}
+	}
+	return m
 }
 
 func costFamily(a Algorithm) int {
@@ -140,42 +177,21 @@ func (m *CostModel) Baseline(h *Hash) time.Duration { return m.estimate(h, false
 func (m *CostModel) estimate(h *Hash, stretched bool) time.Duration {
 	f := costFamily(h.Algorithm)
 	m.mu.Lock()
-	per := m.base[f]
+	predicted := m.base[f] * h.Work() / lanes(h, m.parallelism)
 	if stretched {
-		per *= m.stretchLocked(f, m.now())
+		predicted *= stretchOf(&m.recent[f][laneClass(h)], m.now(), predicted)
 	}
 	m.mu.Unlock()
-	return seconds(per * h.Work() / lanes(h, m.parallelism))
+	return seconds(predicted)
 }
 
-// Stretch returns the factor by which h's family runs slower than
-// calibrated now (1: as calibrated).
+// Stretch returns the factor by which hashes of h's shape run slower than
+// calibrated now, as h's estimate uses it (1: as calibrated).
 func (m *CostModel) Stretch(h *Hash) float64 {
+	f := costFamily(h.Algorithm)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.stretchLocked(costFamily(h.Algorithm), m.now())
-}
-
-func (m *CostModel) stretchLocked(f int, now time.Time) float64 {
-	r := &m.recent[f]
-	var fresh [StretchSamples]float64
-	n := 0
-	for i := range r.n {
-		if now.Sub(r.at[i]) <= StretchWindow {
-			fresh[n] = r.ratio[i]
-			n++
-		}
-	}
-	if n < MinStretchSamples {
-		return 1
-	}
-	s := fresh[:n]
-	slices.Sort(s)
-	med := s[n/2]
-	if n%2 == 0 {
-		med = (s[n/2-1] + s[n/2]) / 2
-	}
-	return min(max(med, MinStretch), MaxStretch)
+	return stretchOf(&m.recent[f][laneClass(h)], m.now(), m.base[f]*h.Work()/lanes(h, m.parallelism))
 }
 
 // Observe records that one check against h held a worker for took. Callers
@@ -196,10 +212,7 @@ func (m *CostModel) Observe(h *Hash, took time.Duration) {
 	if predicted <= 0 {
 		return
 	}
-	r := &m.recent[f]
-	r.ratio[r.next], r.at[r.next] = took.Seconds()/predicted, now
-	r.next = (r.next + 1) % StretchSamples
-	r.n = min(r.n+1, StretchSamples)
+	m.recent[f][laneClass(h)].Add(took.Seconds()/predicted, predicted, now)
 }
 
 // Calibrate sets h's family's base from one representative time took of a
@@ -217,7 +230,10 @@ func (m *CostModel) Calibrate(h *Hash, took time.Duration, concurrent int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	factor := per / priors[f]
-	m.base[f], m.calibrated[f], m.recent[f] = per, true, samples{}
+	m.base[f], m.calibrated[f] = per, true
+	for c := range m.recent[f] {
+		m.recent[f][c].Reset()
+	}
 	for g := range numFamilies {
 		if !m.calibrated[g] {
 			m.base[g] = priors[g] * factor

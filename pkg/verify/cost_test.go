@@ -124,3 +124,96 @@ func TestCostReturnsToCalibratedWithoutSamples(t *testing.T) {
 		t.Errorf("Argon2 stretch %v after slow bcrypt samples, want 1", got)
 	}
 }
+
+// What one caller sends cannot move the estimate of another shape's hashes:
+// a run counts by its predicted work, a lighter run never displaces a
+// heavier fresh one, and Argon2 hashes of another p learn apart. Each rule
+// is checked with the others standing.
+func TestCostStretchNotSteeredByCheapOrWideHashes(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	m := NewCostModel(1, clk.now)
+	policy := argonCost(16<<10, 3, 1)
+	m.Calibrate(policy, 100*time.Millisecond, 1)
+	tiny := argonCost(8, 1, 1)
+	wide := argonCost(16<<10, 3, 16)
+	tinyPredicted := m.Baseline(tiny)
+
+	// Only tiny hashes, each 50× slower than predicted (their fixed
+	// overhead): they learn their own stretch, and the policy's is 1, since
+	// their work adds up to nothing like three policy hashes.
+	for range 1000 {
+		m.Observe(tiny, 50*tinyPredicted)
+		clk.advance(time.Millisecond)
+	}
+	if got := m.Stretch(tiny); got != MaxStretch {
+		t.Errorf("tiny hashes' own stretch %v, want %v", got, MaxStretch)
+	}
+	if got := m.Stretch(policy); got != 1 {
+		t.Errorf("policy stretch %v after only tiny hashes, want 1", got)
+	}
+
+	// Honest runs at 1.2× beside a flood of tiny ones: the honest ones
+	// rule, and a tiny run never displaces one.
+	for range StretchSamples {
+		m.Observe(policy, 120*time.Millisecond)
+		for range 40 {
+			m.Observe(tiny, 50*tinyPredicted)
+		}
+		clk.advance(10 * time.Millisecond)
+	}
+	if got := m.Stretch(policy); got < 1.19 || got > 1.21 {
+		t.Errorf("policy stretch %v beside a flood of tiny hashes, want 1.2", got)
+	}
+
+	// Wide hashes of the policy's work, run at 0.56× predicted, learn apart.
+	for range 4 * StretchSamples {
+		m.Observe(wide, 56*time.Millisecond)
+	}
+	if got := m.Stretch(policy); got < 1.19 || got > 1.21 {
+		t.Errorf("policy stretch %v after wide hashes, want 1.2", got)
+	}
+	if got := m.Stretch(wide); got < 0.55 || got > 0.57 {
+		t.Errorf("wide hashes' own stretch %v, want 0.56", got)
+	}
+
+	// The way back: the honest samples expire and the tiny ones, fresh or
+	// not, never amount to a policy hash's evidence.
+	clk.advance(StretchWindow + time.Millisecond)
+	for range 100 {
+		m.Observe(tiny, 50*tinyPredicted)
+	}
+	if got := m.Stretch(policy); got != 1 {
+		t.Errorf("policy stretch %v a window after the last honest run, want 1", got)
+	}
+	if got := m.Stretch(tiny); got != MaxStretch {
+		t.Errorf("tiny hashes' stretch %v once they displaced the stale runs, want %v", got, MaxStretch)
+	}
+	// And fresh honest runs displace stale ones whatever they weigh.
+	for range MinStretchSamples {
+		m.Observe(policy, 200*time.Millisecond)
+	}
+	if got := m.Stretch(policy); got < 1.99 || got > 2.01 {
+		t.Errorf("policy stretch %v after three honest runs at 2×, want 2", got)
+	}
+}
+
+// The median is weighted by predicted work: one heavy run outweighs many
+// light ones of the same shape, which still count for their own size.
+func TestCostStretchWeightedByWork(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	m := NewCostModel(1, clk.now)
+	heavy, light := argonCost(8<<10, 4, 1), argonCost(1<<10, 1, 1)
+	m.Calibrate(heavy, 32*time.Millisecond, 1) // 1 ms per MiB-pass
+	for range 3 {
+		m.Observe(heavy, 64*time.Millisecond) // 2×, weight 32 ms each
+	}
+	for range 10 {
+		m.Observe(light, 1*time.Millisecond) // 1×, weight 1 ms each
+	}
+	if got := m.Stretch(heavy); got != 2 {
+		t.Errorf("stretch %v: three heavy runs at 2× against ten light ones at 1×, want 2", got)
+	}
+	if got := m.Stretch(light); got != 2 {
+		t.Errorf("the light hash's stretch %v, want the same weighted median, 2", got)
+	}
+}

@@ -472,3 +472,41 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// goneCtx is a caller's context that reports it ended without ever closing
+// its Done channel: what a worker sees when it picks a job in the moment
+// between the caller's context ending and Submit noticing.
+type goneCtx struct {
+	context.Context
+	gone atomic.Bool
+}
+
+func (c *goneCtx) Done() <-chan struct{} { return nil }
+func (c *goneCtx) Err() error {
+	if c.gone.Load() {
+		return context.Canceled
+	}
+	return nil
+}
+
+// A worker that picks a queued job whose caller has left does not run it,
+// even when Submit has not yet taken it out of the queue: the check at
+// pick is the last line between a departed caller and a hash.
+func TestCallerGoneWhenPickedNeverRuns(t *testing.T) {
+	clk := newFakeClock()
+	p := newPool(t, baseConfig(clk))
+	r := newRecorder()
+	b := block(t, p)
+	ctx := &goneCtx{Context: context.Background()}
+	r.submit(t, p, ctx, 1, time.Millisecond)
+	r.submit(t, p, context.Background(), 2, time.Millisecond)
+	ctx.gone.Store(true)
+	b.Release(t)
+	order, errs := r.wait(t)
+	if !cmp.Equal(order, []int{2}) {
+		t.Errorf("ran %v, want only [2]", order)
+	}
+	if !errors.Is(errs[1], ErrCancelled) {
+		t.Errorf("the departed caller's job: err = %v, want ErrCancelled", errs[1])
+	}
+}

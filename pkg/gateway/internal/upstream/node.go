@@ -77,6 +77,7 @@ func newNode(s *Set, addr string) *Node {
 		standingSizes: window.New(heldFor, time.Second, 1),
 		burstSizes:    window.New(heldFor, time.Second, 1),
 		answers:       window.New(outlierBuckets, time.Second, 2),
+		service:       newServiceTimes(),
 	}
 	if s.cfg.NewBreaker != nil {
 		v.brk.Store(s.cfg.NewBreaker())
@@ -104,7 +105,8 @@ func (v *Node) Pending() int64 { return v.pending.Load() }
 // forgotten).
 func (v *Node) Workers() int64 { return v.workers.Load() }
 
-// ServiceTime is the median of v's recent service times, 0 before one.
+// ServiceTime is the median of v's service times of the last
+// serviceWindow, weighted by the cost v expected of each call; 0 with none.
 func (v *Node) ServiceTime() time.Duration { return v.service.median() }
 
 // QueueBound is the longest queue wait v said it admits an arrival to, 0
@@ -194,7 +196,11 @@ func (v *Node) Observe(a Answer) Verdict {
 	}
 	code := status.Code(a.Err)
 	verdict.Code = code
-	// The caller's input and the caller leaving say nothing of the node.
+	// The caller's input and the caller leaving say nothing of the node. A
+	// deadline it refused counts as a bad answer: the outlier ejector
+	// judges each node against its peers, and a caller's tight deadlines
+	// reach every node alike, while a node slower than its peers (a CPU
+	// cut) refuses deadlines they meet.
 	good := code == codes.OK || code == codes.InvalidArgument || code == codes.Canceled
 	v.addAnswer(now, good)
 	if !good {
@@ -206,7 +212,7 @@ func (v *Node) Observe(a Answer) Verdict {
 		v.brk.Load().Record(true)
 		v.set.metrics.result(v, "ok")
 		if served.Service > 0 {
-			v.service.observe(served.Service)
+			v.service.observe(served.Service, served.Expected, now)
 			if v.fitQueue(now) {
 				verdict.SlotsChanged = true
 			}
@@ -229,10 +235,11 @@ func (v *Node) Observe(a Answer) Verdict {
 		v.set.metrics.result(v, "failure")
 		_, _, verdict.PushedBack = callmeta.PushbackFrom(a.Trailer)
 	default:
-		// DEADLINE_EXCEEDED, CANCELED and the rest say nothing about the
-		// node's health: a deadline passing under load is the limiter's
-		// business, and tripping breakers on overload would turn it into
-		// an outage.
+		// DEADLINE_EXCEEDED (the verifier's refusal of this caller's
+		// deadline, or the deadline passing while the call was out),
+		// CANCELED and the rest say nothing about the node's health: a
+		// deadline passing under load is the limiter's business, and
+		// tripping breakers on overload would turn it into an outage.
 		verdict.Outcome = Other
 		v.set.metrics.result(v, "other")
 	}
@@ -252,6 +259,6 @@ func (v *Node) ObserveUnguarded(trailer metadata.MD) {
 		v.workers.Store(int64(served.Workers))
 	}
 	if served.Service > 0 {
-		v.service.observe(served.Service)
+		v.service.observe(served.Service, served.Expected, v.set.clock.Now())
 	}
 }

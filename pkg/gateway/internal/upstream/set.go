@@ -249,8 +249,8 @@ func (s *Set) TotalSlots() int64 {
 }
 
 // Capacity is what the eligible verifiers can answer per second: each one's
-// workers over the median of its recent service times. Zero while none has
-// answered yet.
+// workers over its service time (Node.ServiceTime). Zero while none has
+// answered lately.
 func (s *Set) Capacity() float64 {
 	c := 0.0
 	for _, v := range s.List() {
@@ -285,6 +285,7 @@ func (s *Set) Tick(now time.Time) {
 	for _, v := range s.List() {
 		v.judgeStanding()
 		v.expireWorkers(now)
+		v.service.refresh(now)
 		v.fitQueue(now)
 	}
 	s.UpdateGauges()

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/leveehq/levee/internal/recent"
 	"github.com/leveehq/levee/pkg/breaker"
 	"github.com/leveehq/levee/pkg/breaker/breakertest"
 	"github.com/leveehq/levee/pkg/callmeta"
@@ -150,11 +151,11 @@ func TestBurstDelay(t *testing.T) {
 // worker count it was computed for: a verifier that now runs fewer workers
 // (restarted smaller, its capacity knob turned down) is not credited with
 // the queue of the workers it had; and a count no answer repeats for
-// workersTTL is forgotten.
+// workersTTL is forgotten, with the service times of as long ago.
 func TestHeldQueueForgetsAnotherWorkerCount(t *testing.T) {
 	s, clock := testSet(t, 1, 500*time.Millisecond)
 	v := s.List()[0]
-	for range serviceSamples {
+	for range recent.Capacity {
 		answer(v, nil, served(4, 10*time.Millisecond, 0))
 	}
 	if got := v.queue.Load(); got != 200 {
@@ -174,8 +175,11 @@ func TestHeldQueueForgetsAnotherWorkerCount(t *testing.T) {
 	if got := v.Workers(); got != 0 {
 		t.Fatalf("workers %d a TTL after the last answer, want 0 (forgotten)", got)
 	}
-	if got := v.queue.Load(); got != 50 {
-		t.Fatalf("queue after the worker count expired = %d, want 50 (one worker assumed)", got)
+	if got := v.ServiceTime(); got != 0 {
+		t.Fatalf("service time %v a TTL after the last answer, want 0 (forgotten)", got)
+	}
+	if got := v.queue.Load(); got != 1 {
+		t.Fatalf("queue after the worker count and service time expired = %d, want 1 (one worker assumed, speed unknown)", got)
 	}
 }
 
@@ -188,7 +192,7 @@ func TestHeldQueueForgetsAnotherWorkerCount(t *testing.T) {
 func TestQueueBoundFollowsTheAnswers(t *testing.T) {
 	s, clock := testSet(t, 1, 300*time.Millisecond)
 	v := s.List()[0]
-	for range serviceSamples {
+	for range recent.Capacity {
 		answer(v, nil, served(1, 100*time.Millisecond, 1500*time.Millisecond))
 	}
 	if got := v.queue.Load(); got != 10 {
@@ -223,7 +227,7 @@ func TestPoisonedServiceTimeRecovers(t *testing.T) {
 	v := s.List()[0]
 	const bound = 1500 * time.Millisecond // a burst may queue 1 s of work
 	fast := served(2, time.Millisecond, bound)
-	for range serviceSamples {
+	for range recent.Capacity {
 		answer(v, nil, fast)
 	}
 	healthy, _, standingSize := v.Queue()
@@ -231,7 +235,7 @@ func TestPoisonedServiceTimeRecovers(t *testing.T) {
 		t.Fatalf("burst %d, standing %d at 1ms with 2 workers, want 2000 and 1000", healthy, standingSize)
 	}
 	slow := served(2, 10*time.Second, bound)
-	for range serviceSamples {
+	for range recent.Capacity {
 		answer(v, nil, slow)
 	}
 	if got, _, standing := v.Queue(); got != healthy || standing != standingSize {
@@ -252,11 +256,11 @@ func TestPoisonedServiceTimeRecovers(t *testing.T) {
 	if got, _, standing := v.Queue(); got != 2 || standing != 2 {
 		t.Fatalf("burst %d, standing %d with a 10s median for %d seconds, want the floor of one per worker (2)", got, standing, heldFor)
 	}
-	for range serviceSamples {
+	for range recent.Capacity {
 		answer(v, nil, fast)
 	}
 	if got, _, _ := v.Queue(); got != healthy {
-		t.Errorf("queue %d after %d answers at the true speed, want %d again", got, serviceSamples, healthy)
+		t.Errorf("queue %d after %d answers at the true speed, want %d again", got, recent.Capacity, healthy)
 	}
 }
 
@@ -275,7 +279,7 @@ func TestStandingQueueJudgedBySecond(t *testing.T) {
 	newNode := func(service time.Duration) (*Set, *breakertest.Clock, *Node) {
 		s, clock := testSet(t, 1, delay)
 		v := s.List()[0]
-		for range serviceSamples {
+		for range recent.Capacity {
 			answer(v, nil, served(1, service, time.Second))
 		}
 		s.Tick(clock.Now())
@@ -380,7 +384,7 @@ func TestStandingQueueJudgedBySecond(t *testing.T) {
 func TestCapacity(t *testing.T) {
 	s, _ := testSet(t, 2, 500*time.Millisecond)
 	a, b := s.List()[0], s.List()[1]
-	for range serviceSamples {
+	for range recent.Capacity {
 		answer(a, nil, served(1, 50*time.Millisecond, 0))
 		answer(b, nil, served(2, 100*time.Millisecond, 0))
 	}
@@ -529,5 +533,57 @@ func TestAtMostHalfEjected(t *testing.T) {
 	}
 	if len(out) != 2 {
 		t.Errorf("ejected %v after three of four verifiers failed one after another, want exactly two", out)
+	}
+}
+
+// A verifier's service time counts each answer by the cost the verifier
+// expected of it, so cheap hashes cannot make it look fast: before, twelve
+// answers of m = 8 KiB hashes took a node's median from 8.5 ms to 45 µs,
+// its queue from 157 calls to the 10,000 cap and the capacity behind the
+// bistability margin from 234/s to 44,444/s. And a node that only refuses
+// is credited with no speed once its last answers are serviceWindow old.
+func TestServiceTimeNotSteeredByCheapHashes(t *testing.T) {
+	s, clock := testSet(t, 1, 500*time.Millisecond)
+	v := s.List()[0]
+	honest := callmeta.Served{Workers: 2, Service: 8500 * time.Microsecond, Expected: 8 * time.Millisecond}
+	cheap := callmeta.Served{Workers: 2, Service: 45 * time.Microsecond, Expected: 10 * time.Microsecond}
+	for range recent.Capacity {
+		answer(v, nil, honest)
+	}
+	queue, capacity := v.queue.Load(), s.Capacity()
+	for range 12 {
+		answer(v, nil, cheap)
+	}
+	if got := v.ServiceTime(); got != honest.Service {
+		t.Errorf("service time %v after 12 cheap answers, want the honest %v", got, honest.Service)
+	}
+	for range 200 { // a flood, one honest answer in twenty
+		for range 19 {
+			answer(v, nil, cheap)
+		}
+		answer(v, nil, honest)
+	}
+	if got := v.ServiceTime(); got != honest.Service {
+		t.Errorf("service time %v after a flood of cheap answers, want the honest %v", got, honest.Service)
+	}
+	if got := v.queue.Load(); got != queue {
+		t.Errorf("queue %d after cheap answers, was %d", got, queue)
+	}
+	if got := s.Capacity(); got != capacity {
+		t.Errorf("capacity %.0f/s after cheap answers, was %.0f/s", got, capacity)
+	}
+	// Only refusals from now on: its speed is forgotten with its workers.
+	overload := status.Error(codes.ResourceExhausted, "overloaded")
+	for range workersTTL/time.Second + 1 {
+		clock.Advance(time.Second)
+		v.pending.Add(1)
+		v.Observe(Answer{Err: overload, Trailer: callmeta.PushbackTrailer(-1)})
+		s.Tick(clock.Now())
+	}
+	if got := v.ServiceTime(); got != 0 {
+		t.Errorf("service time %v after %v of refusals only, want 0 (forgotten)", got, workersTTL+time.Second)
+	}
+	if got := s.Capacity(); got != 0 {
+		t.Errorf("capacity %.0f/s of a node that only refused for %v, want 0", got, workersTTL+time.Second)
 	}
 }

@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -146,7 +148,7 @@ func TestAutopilotRecoversMetastableFleet(t *testing.T) {
 			began := time.Now()
 			trigger := began.Add(2 * time.Second)
 			triggerEnd := trigger.Add(3 * time.Second)
-			end := triggerEnd.Add(12 * time.Second)
+			end := triggerEnd.Add(15 * time.Second)
 			var engaged atomic.Bool
 			var sampler sync.WaitGroup
 			sampler.Add(1)
@@ -192,8 +194,19 @@ func TestAutopilotRecoversMetastableFleet(t *testing.T) {
 			sampler.Wait()
 
 			before, nBefore := users.goodput(began.Add(500*time.Millisecond), trigger)
-			after, nAfter := users.goodput(end.Add(-4*time.Second), end.Add(-time.Second))
-			t.Logf("goodput before the trigger %.2f (%d users); 9-12 s after it ended %.2f (%d users)", before, nBefore, after, nAfter)
+			// Judged over six seconds, from 8 s after the trigger ended: a
+			// congested fleet reads about 0 there, a recovered one about 1,
+			// and a second in which a busy host starves the fleet (another
+			// package's binary linking beside this test) costs a recovered
+			// fleet a sixth of one window, not a third.
+			after, nAfter := users.goodput(triggerEnd.Add(8*time.Second), end.Add(-time.Second))
+			t.Logf("goodput before the trigger %.2f (%d users); 8-14 s after it ended %.2f (%d users)", before, nBefore, after, nAfter)
+			var timeline strings.Builder
+			for s := began; s.Before(end); s = s.Add(time.Second) {
+				g, n := users.goodput(s, s.Add(time.Second))
+				fmt.Fprintf(&timeline, " %.0fs:%.2f/%d", s.Sub(began).Seconds(), g, n)
+			}
+			t.Logf("goodput by the second users started (t:goodput/users):%s", timeline.String())
 			t.Logf("autopilot engaged: %v; actions: engage %v ramp %v tighten %v stand_down %v; flushed %v", engaged.Load(),
 				gw.metric(t, "levee_gateway_autopilot_actions_total", map[string]string{"action": "engage"}),
 				gw.metric(t, "levee_gateway_autopilot_actions_total", map[string]string{"action": "ramp"}),
@@ -209,8 +222,8 @@ func TestAutopilotRecoversMetastableFleet(t *testing.T) {
 				}
 				return
 			}
-			if after < 0.9 {
-				t.Errorf("with the autopilot goodput is %.2f after the trigger, want ≥ 0.9", after)
+			if after < 0.8 {
+				t.Errorf("with the autopilot goodput is %.2f after the trigger, want ≥ 0.8", after)
 			}
 			if !engaged.Load() || gw.metric(t, "levee_gateway_autopilot_actions_total", map[string]string{"action": "engage"}) == 0 {
 				t.Errorf("the autopilot never engaged")
@@ -393,6 +406,9 @@ func TestAutopilotEngagesUnderDefaultQueueBounds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drives the autopilot's ticks for seconds")
 	}
+	// Judged by what the autopilot's real one-second ticks see: on busy
+	// cores the answers come in waves that break its three-tick evidence.
+	testlock.Quiet(t)
 	maxWait := verifier.DefaultConfig().MaxQueueWait
 	for _, tc := range []struct {
 		name       string

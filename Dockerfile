@@ -9,7 +9,7 @@
 #
 #   CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags='-s -w' -o deploy/bin/image/ ./cmd/...
 #   CGO_ENABLED=0 GOBIN=$PWD/deploy/bin/image go install github.com/grpc-ecosystem/grpc-health-probe@v0.4.63
-#   mkdir -p deploy/bin/certs-mount
+#   mkdir -p deploy/bin/certs-mount deploy/bin/scoped-mount/{etcd,budgetd,verifier,gateway,admin}
 #   docker build -t levee/levee:dev .
 #
 # No CA certificates, time zone data or /etc/passwd: Levee trusts only the CA
@@ -24,6 +24,9 @@ COPY deploy/bin/image/ /usr/local/bin/
 # as this user) can write its certificates, and keys of mode 0600 stay
 # readable by every Levee service, which runs as the same user.
 COPY --chown=65532:65532 deploy/bin/certs-mount/ /certs/
+# /scoped/NAME, one per component, owned the same way: the certs service
+# writes each component's identity alone into a volume mounted there.
+COPY --chown=65532:65532 deploy/bin/scoped-mount/ /scoped/
 ENV PATH=/usr/local/bin
 # Nothing is written to disk with an external etcd; budgetd's embedded etcd
 # (no -etcd) would need a writable volume for -data-dir.

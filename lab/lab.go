@@ -184,7 +184,7 @@ func (c Config) Validate() error {
 		}
 		for _, f := range c.Fleets {
 			if f != "levee" && f != "control" {
-				errs = append(errs, fmt.Errorf("lab: unknown fleet %q (want levee or control)", truncate(f)))
+				errs = append(errs, fmt.Errorf("lab: unknown fleet %q (want levee or control)", drive.Truncate(f)))
 			}
 		}
 	case Target:
@@ -370,36 +370,17 @@ func runOne(ctx context.Context, cfg Config, name string, q experiment.Request, 
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, f.Close()) }()
-	capacity, err := experiment.MeasureCapacity(ctx, f.Target, f.TLS, q, cfg.Capacity)
+	capacity, err := experiment.MeasureCapacity(ctx, f.Target, f.Caller, q, cfg.Capacity)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Logger.Info("capacity", "fleet", f.Name, "per_second", fmt.Sprintf("%.1f", capacity.PerSecond),
 		"unloaded_p50", capacity.UnloadedP50, "unloaded_p99", capacity.UnloadedP99)
 	// Let what the measurement left queued drain before the experiment.
-	if err := sleepCtx(ctx, 2*time.Second); err != nil {
+	if err := drive.Sleep(ctx, 2*time.Second); err != nil {
 		return nil, err
 	}
 	return experiment.Run(ctx, f, cfg.Clients, q, capacity, e, cfg.Logger)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
-// truncate bounds user text quoted back in errors.
-func truncate(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
-	}
-	return s
 }
 
 // runFaults runs the fault suite against one Levee fleet, started once.

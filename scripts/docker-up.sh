@@ -15,6 +15,7 @@ compose version >/dev/null
 
 scripts/docker-build.sh
 grpcurl="$HOST_BIN/grpcurl"
+[ -x "$grpcurl" ] || GOBIN="$PWD/$HOST_BIN" go install "$GRPCURL"
 
 compose up -d
 
@@ -42,10 +43,11 @@ done
 compose ps
 
 # The development CA and the identities tools on this host present: the
-# admin's (settings, the capacity knob, budgetd status) and a client's.
+# admin's (settings, the capacity knob, budgetd status), a client's (tenant
+# default) and the front end's (names tenants; the lab's load).
 certs_id=$(compose ps -q certs) && [ -n "$certs_id" ] || die "no container of the certs service"
 rm -rf "$HOST_CERTS" && mkdir -p "$HOST_CERTS"
-for f in ca.crt admin.crt admin.key client.crt client.key; do
+for f in ca.crt admin.crt admin.key client.crt client.key frontend.crt frontend.key; do
   docker cp "$certs_id:/certs/$f" "$HOST_CERTS/$f"
 done
 chmod 600 "$HOST_CERTS"/*.key

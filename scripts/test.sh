@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Levee's whole test suite, on a machine with Go and Docker: the product
-# module, then the lab module (lab/), each with the race detector.
+# module, then the lab module (lab/), each with the race detector and every
+# go vet analyzer (-vet=all: vet reuses the tests' build instead of
+# compiling the module a second time, as a separate go vet would).
 #
 # The tests need, besides Go and a running Docker with Compose (the lab's
 # fault suite builds the images from this tree and runs the compose fleet),
@@ -69,10 +71,10 @@ export LEVEE_REQUIRE_DOCKER=1
 
 start=$SECONDS
 echo "--- product: go test -race ./..."
-go test -race -timeout 30m "$@" ./...
+go test -race -vet=all -timeout 30m "$@" ./...
 echo "--- product tests took $((SECONDS - start)) s"
 
 start=$SECONDS
 echo "--- lab: go test -race ./... in lab/"
-(cd lab && go test -race -timeout 30m "$@" ./...)
+(cd lab && go test -race -vet=all -timeout 30m "$@" ./...)
 echo "--- lab tests took $((SECONDS - start)) s"

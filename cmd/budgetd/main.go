@@ -52,6 +52,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("budgetd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	sec.AddFlags(fs)
+	cfg.ServerLimits.AddFlags(fs)
 	fs.StringVar(&cfg.ListenAddr, wellknown.FlagListen, cfg.ListenAddr, "gRPC listen address")
 	fs.StringVar(&cfg.MetricsAddr, wellknown.FlagMetricsListen, cfg.MetricsAddr, "HTTP address for the status page (/) and /metrics (empty: none)")
 	fs.StringVar(&cfg.AdvertiseAddr, wellknown.FlagAdvertise, "", "address the other replicas reach this one at (default: the listen address)")
@@ -69,6 +70,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.Float64Var(&cfg.Defaults.Burst, "default-burst", cfg.Defaults.Burst, "default most tokens saved up")
 	fs.Float64Var(&cfg.Defaults.MinPerSecond, "default-min-per-second", cfg.Defaults.MinPerSecond, "default tokens per second whatever the traffic")
 	fs.IntVar(&cfg.MaxKeys, "max-keys", cfg.MaxKeys, "most budget keys the leader accounts for")
+	fs.Float64Var(&cfg.MaxClientRate, "max-client-rate", cfg.MaxClientRate, "most first attempts plus retries a second one client's report may claim for one key; a report above it is refused and counted")
 	etcdLog := fs.String("etcd-log-level", "error", "least severe etcd log shown: debug, info, warn, error")
 	logJSON := fs.Bool("log-json", false, "log JSON instead of text")
 	if err := flagenv.Parse(fs, args, nil); err != nil {

@@ -38,6 +38,7 @@ func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) 
 	var sec mtls.Settings
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	sec.AddFlags(fs)
+	cfg.ServerLimits.AddFlags(fs)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.ListenAddr, wellknown.FlagListen, cfg.ListenAddr, "gRPC listen address")
 	fs.StringVar(&cfg.MetricsAddr, wellknown.FlagMetricsListen, cfg.MetricsAddr, "HTTP address for /metrics (empty: none)")
@@ -66,6 +67,7 @@ func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) 
 	fs.IntVar(&cfg.Margin.Attempts, "margin-attempts", cfg.Margin.Attempts, "bistability margin: attempts a caller makes when every one fails")
 	fs.Float64Var(&cfg.Margin.RetryRatio, "margin-retry-ratio", cfg.Margin.RetryRatio, "bistability margin: the callers' retry budget, retries per first attempt (negative: none)")
 	fs.BoolVar(&cfg.Unguarded, wellknown.FlagUnguarded, false, "turn every defence off: the lab's control fleet (levee-lab) only, never production")
+	fs.BoolVar(&cfg.AllowAnonymous, wellknown.FlagAllowAnonymous, false, "also serve callers without a client certificate, as one tenant (anonymous) at priority batch at most; command line only")
 	logJSON := fs.Bool("log-json", false, "log JSON instead of text")
 	if err := flagenv.Parse(fs, args, lookup); err != nil {
 		return cfg, sec, false, err
@@ -98,7 +100,9 @@ func run(args []string, stderr io.Writer) error {
 		return err
 	}
 	if cfg.TLS.Plaintext() {
-		cfg.Logger.Warn("-insecure: plaintext gRPC and etcd; passwords cross the network in the clear")
+		cfg.Logger.Warn("-insecure: plaintext gRPC and etcd; passwords cross the network in the clear, and callers' tenants and priorities are taken on their word")
+	} else if cfg.AllowAnonymous {
+		cfg.Logger.Warn("-allow-anonymous: callers without a certificate are served, as tenant anonymous at priority batch at most")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -147,13 +147,14 @@ func local(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // localBanner is what levee local prints once the fleet is up: where each
 // component listens and commands that work against it as it runs (with
-// TLS, grpcurl trusts the development CA and the CLIs present the admin
-// certificate).
+// TLS, grpcurl trusts the development CA and presents the caller
+// certificate of tenant "default", and the CLIs present the admin's).
 func localBanner(a fleet.Addresses, security, tlsDir string) string {
 	grpcurl, cli := "grpcurl -plaintext", "go run ./cmd/levee"
 	cliFlags := " -insecure"
 	if tlsDir != "" {
-		grpcurl = "grpcurl -cacert " + filepath.Join(tlsDir, "ca.crt")
+		grpcurl = "grpcurl -cacert " + filepath.Join(tlsDir, "ca.crt") + " -cert " + filepath.Join(tlsDir, mtls.IdentityClient+".crt") +
+			" -key " + filepath.Join(tlsDir, mtls.IdentityClient+".key")
 		cliFlags = " -tls-dir " + tlsDir
 	}
 	return fmt.Sprintf(`Levee local fleet is up (Ctrl-C stops it).

@@ -7,7 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
+
+	"github.com/leveehq/levee/pkg/wellknown"
 )
 
 // Prefix starts every variable name.
@@ -19,7 +22,9 @@ func Name(flagName string) string {
 }
 
 // Parse parses args into fs, then sets every flag not given in args from its
-// environment variable, if present. lookup is os.LookupEnv when nil.
+// environment variable, if present. lookup is os.LookupEnv when nil. The
+// variable of a flag that turns a defence off (wellknown.DefenceFlags) is
+// an error: those flags come from the command line only.
 func Parse(fs *flag.FlagSet, args []string, lookup func(string) (string, bool)) error {
 	if lookup == nil {
 		lookup = os.LookupEnv
@@ -35,6 +40,10 @@ func Parse(fs *flag.FlagSet, args []string, lookup func(string) (string, bool)) 
 			return
 		}
 		if v, ok := lookup(Name(f.Name)); ok {
+			if slices.Contains(wellknown.DefenceFlags, f.Name) {
+				err = fmt.Errorf("%s is set, but -%s turns a defence off and is read from the command line only", Name(f.Name), f.Name)
+				return
+			}
 			if serr := fs.Set(f.Name, v); serr != nil {
 				err = fmt.Errorf("%s=%q: %w", Name(f.Name), v, serr)
 			}

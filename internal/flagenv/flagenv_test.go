@@ -57,3 +57,24 @@ func TestList(t *testing.T) {
 		}
 	}
 }
+
+// A flag that turns a defence off is never read from the environment: its
+// variable is an error, and the command line still sets it.
+func TestDefenceFlagsComeFromTheCommandLineOnly(t *testing.T) {
+	for _, name := range []string{"unguarded", "enable-capacity-knob", "allow-anonymous"} {
+		t.Run(name, func(t *testing.T) {
+			env := map[string]string{Name(name): "true"}
+			lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+			fs := flag.NewFlagSet("t", flag.ContinueOnError)
+			on := fs.Bool(name, false, "")
+			if err := Parse(fs, nil, lookup); err == nil || *on || !strings.Contains(err.Error(), Name(name)) {
+				t.Errorf("from the environment: %v, flag %v; want an error naming %s and the flag off", err, *on, Name(name))
+			}
+			fs = flag.NewFlagSet("t", flag.ContinueOnError)
+			on = fs.Bool(name, false, "")
+			if err := Parse(fs, []string{"-" + name}, lookup); err != nil || !*on {
+				t.Errorf("from the command line (the variable set too): %v, flag %v; want it on", err, *on)
+			}
+		})
+	}
+}

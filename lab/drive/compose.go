@@ -146,7 +146,7 @@ func StartCompose(ctx context.Context, cfg ComposeConfig, unguarded bool) (*Flee
 	if cfg.Project != "" {
 		certs += "-" + cfg.Project
 	}
-	if f.TLS, err = composeAdmin(sctx, id, certs); err != nil {
+	if f.TLS, f.Caller, err = composeIdentities(sctx, id, certs); err != nil {
 		return nil, err
 	}
 	var budgetds []string
@@ -209,22 +209,33 @@ func StartCompose(ctx context.Context, cfg ComposeConfig, unguarded bool) (*Flee
 	return f, nil
 }
 
-// composeAdmin copies the compose fleet's CA and admin identity out of the
-// certs service's container into dir (as scripts/docker-up.sh does) and
-// loads the admin identity, which the lab presents to the fleet.
-func composeAdmin(ctx context.Context, certsContainer, dir string) (*mtls.Source, error) {
+// composeIdentities copies the compose fleet's CA, admin and front-end
+// identities out of the certs service's container into dir (as
+// scripts/docker-up.sh does) and loads the two identities the lab presents
+// to the fleet: the admin's to its operator ports, the front end's as its
+// load.
+func composeIdentities(ctx context.Context, certsContainer, dir string) (admin, caller *mtls.Source, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("drive: %w", err)
+		return nil, nil, fmt.Errorf("drive: %w", err)
 	}
-	for _, f := range []string{"ca.crt", mtls.IdentityAdmin + ".crt", mtls.IdentityAdmin + ".key"} {
-		if _, err := docker(ctx, "cp", certsContainer+":/certs/"+f, filepath.Join(dir, f)); err != nil {
-			return nil, err
+	if _, err := docker(ctx, "cp", certsContainer+":/certs/ca.crt", filepath.Join(dir, "ca.crt")); err != nil {
+		return nil, nil, err
+	}
+	for _, name := range []string{mtls.IdentityAdmin, mtls.IdentityFrontend} {
+		for _, f := range []string{name + ".crt", name + ".key"} {
+			if _, err := docker(ctx, "cp", certsContainer+":/certs/"+f, filepath.Join(dir, f)); err != nil {
+				return nil, nil, err
+			}
+		}
+		if err := os.Chmod(filepath.Join(dir, name+".key"), 0o600); err != nil {
+			return nil, nil, fmt.Errorf("drive: %w", err)
 		}
 	}
-	if err := os.Chmod(filepath.Join(dir, mtls.IdentityAdmin+".key"), 0o600); err != nil {
-		return nil, fmt.Errorf("drive: %w", err)
+	if admin, err = (mtls.Settings{Dir: dir}).Load(mtls.IdentityAdmin, mtls.Options{}); err != nil {
+		return nil, nil, err
 	}
-	return mtls.Settings{Dir: dir}.Load(mtls.IdentityAdmin, mtls.Options{})
+	caller, err = mtls.Settings{Dir: dir}.Load(mtls.IdentityFrontend, mtls.Options{})
+	return admin, caller, err
 }
 
 // containerCtl acts on one container of the compose fleet.

@@ -29,6 +29,7 @@ import (
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/internal/backoff"
 	"github.com/leveehq/levee/pkg/mtls"
 )
 
@@ -56,10 +57,14 @@ type Fleet struct {
 	Budgetd string
 	// Members are the fleet's processes or containers, in start order.
 	Members []*Member
-	// TLS is the identity the lab presents to the fleet (the admin
-	// certificate of its development set: any call, the capacity knob,
-	// budgetd's status); nil: the fleet is plaintext.
+	// TLS is the identity the lab presents to the fleet's operator ports
+	// (the admin certificate of its development set: the capacity knob,
+	// budgetd's status, health); nil: the fleet is plaintext.
 	TLS *mtls.Source
+	// Caller is the identity the lab's load presents to the gateway and
+	// budgetd (the development set's front end: it names tenants, asks for
+	// any priority, and leases retry tokens); nil: the fleet is plaintext.
+	Caller *mtls.Source
 
 	close func() error
 }
@@ -267,13 +272,13 @@ func (f *Fleet) Select(ctx context.Context, sel string) ([]*Member, error) {
 		for _, name := range strings.Split(sel, "+") {
 			i := slices.IndexFunc(f.Members, func(m *Member) bool { return m.Name == name })
 			if i < 0 {
-				return nil, fmt.Errorf("drive: no member %q in the %s fleet (members: %s)", truncate(name), f.Name, f.names())
+				return nil, fmt.Errorf("drive: no member %q in the %s fleet (members: %s)", Truncate(name), f.Name, f.names())
 			}
 			out = append(out, f.Members[i])
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("drive: %q selects no member of the %s fleet (members: %s)", truncate(sel), f.Name, f.names())
+		return nil, fmt.Errorf("drive: %q selects no member of the %s fleet (members: %s)", Truncate(sel), f.Name, f.names())
 	}
 	return out, nil
 }
@@ -402,10 +407,19 @@ func RollingRestart(ctx context.Context, targets []*Member) (wait func(context.C
 	}, nil
 }
 
-// truncate bounds user text quoted back in errors.
-func truncate(s string) string {
+// Truncate bounds user text quoted back in errors to 40 bytes.
+func Truncate(s string) string {
 	if len(s) > 40 {
 		return s[:40] + "…"
 	}
 	return s
+}
+
+// Sleep waits for d or until ctx ends, whichever is first, and returns
+// ctx's error if it ended.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if !backoff.Sleep(ctx, d) {
+		return ctx.Err()
+	}
+	return nil
 }

@@ -159,6 +159,9 @@ func StartLocal(ctx context.Context, cfg LocalConfig, unguarded bool) (_ *Fleet,
 		if f.TLS, err = (mtls.Settings{Dir: certs}).Load(mtls.IdentityAdmin, mtls.Options{}); err != nil {
 			return nil, fmt.Errorf("drive: %w", err)
 		}
+		if f.Caller, err = (mtls.Settings{Dir: certs}).Load(mtls.IdentityFrontend, mtls.Options{}); err != nil {
+			return nil, fmt.Errorf("drive: %w", err)
+		}
 		security, scheme = []string{flag(wellknown.FlagTLSDir), certs}, "https://"
 		etcdAuth = []string{flag(wellknown.FlagEtcdAuth)}
 	}

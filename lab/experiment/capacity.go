@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/lab/drive"
 	"github.com/leveehq/levee/pkg/mtls"
 )
 
@@ -183,10 +184,10 @@ func MeasureCapacity(parent context.Context, target string, id *mtls.Source, q R
 			}
 		}()
 	}
-	_ = sleepCtx(ctx, c.Warmup) // a cancelled ctx ends the measurement below
+	_ = drive.Sleep(ctx, c.Warmup) // a cancelled ctx ends the measurement below
 	counting.Store(true)
 	began := time.Now()
-	_ = sleepCtx(ctx, c.Measure)
+	_ = drive.Sleep(ctx, c.Measure)
 	counting.Store(false)
 	took := time.Since(began)
 	cancel()
@@ -250,7 +251,7 @@ func awaitDrained(parent context.Context, rpc verifyv1.VerifyServiceClient, q Re
 			continue
 		}
 		streak, slowest = 0, max(slowest, took)
-		if sleepCtx(ctx, res.UnloadedP50) != nil {
+		if drive.Sleep(ctx, res.UnloadedP50) != nil {
 			if err := parent.Err(); err != nil {
 				return err
 			}

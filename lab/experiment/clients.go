@@ -60,6 +60,10 @@ type Clients struct {
 	Human      HumanConfig
 	NoDeadline NoDeadlineConfig
 
+	// Adversary is one caller sending a share of the calls badly, beside
+	// the mix (Kind NoAdversary: none).
+	Adversary Adversary
+
 	// Conns is how many gRPC connections the lab opens to the target.
 	Conns int
 	// MaxInFlight caps the logical requests in flight at once: arrivals
@@ -107,6 +111,7 @@ func DefaultClients() Clients {
 		Levee:       LeveeConfig{Deadline: 2 * time.Second, MaxAttempts: 3, BudgetKey: "storm", Processes: 4},
 		Human:       HumanConfig{Patience: 5 * time.Second, Think: time.Second, Tries: 3},
 		NoDeadline:  NoDeadlineConfig{Cap: 30 * time.Second},
+		Adversary:   DefaultAdversary(),
 		Conns:       4,
 		MaxInFlight: 50000,
 	}
@@ -167,6 +172,9 @@ func (c Clients) Validate() error {
 	}
 	if c.MaxInFlight < 1 {
 		bad("clients: max in flight must be positive, got %d", c.MaxInFlight)
+	}
+	if err := c.Adversary.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -31,6 +31,7 @@ import (
 	"sync"
 	"time"
 
+	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/lab/drive"
 	"github.com/leveehq/levee/lab/observe"
 	"github.com/leveehq/levee/pkg/verify"
@@ -137,6 +138,8 @@ type Result struct {
 	// start; Trig ends in the second it did, if that is later than
 	// scheduled. Zero without a trigger.
 	Lifted time.Duration
+	// Adversary is how the adversary's calls ended; nil without one.
+	Adversary *AdversaryCounts
 }
 
 // Line is the result in one line: fleet, trigger, load, C, verdict.
@@ -146,9 +149,13 @@ func (r *Result) Line() string {
 	if v.Stuck {
 		rec = "STUCK"
 	}
-	return fmt.Sprintf("%-7s %-32s load %.2f C (C = %.0f/s): baseline %.0f/s (%.1f %% ok), after %.0f/s (%.1f %% of baseline), %s, wasted %.0f, baseline p99 %v (unloaded p99 + 3 p50: %v)",
+	line := fmt.Sprintf("%-7s %-32s load %.2f C (C = %.0f/s): baseline %.0f/s (%.1f %% ok), after %.0f/s (%.1f %% of baseline), %s, wasted %.0f, baseline p99 %v (unloaded p99 + 3 p50: %v)",
 		r.Fleet, r.Spec.Trigger.String(), r.Spec.Load, r.Capacity.PerSecond, v.Baseline, 100*v.BaselineRatio,
 		v.After, 100*v.AfterFraction, rec, v.Wasted, v.LatencyP99.Round(100*time.Microsecond), r.Capacity.HealthyP99Bound().Round(100*time.Microsecond))
+	if r.Adversary != nil {
+		line += "; " + r.Adversary.String()
+	}
+	return line
 }
 
 // NewRequest makes the lab's stored hash: a fresh Argon2id hash of a fixed
@@ -182,7 +189,7 @@ func Run(ctx context.Context, f *drive.Fleet, clients Clients, q Request, capaci
 	secs := int(math.Ceil((total + clients.patience()).Seconds())) + 2
 	start := time.Now().Add(200 * time.Millisecond).Truncate(time.Millisecond)
 	s := observe.NewSeries(start, secs)
-	pop, err := newPopulation(clients, q, f.Target, f.Budgetd, f.TLS, s, log)
+	pop, err := newPopulation(clients, q, f.Target, f.Budgetd, f.Caller, s, log)
 	if err != nil {
 		return nil, err
 	}
@@ -270,8 +277,27 @@ func Run(ctx context.Context, f *drive.Fleet, clients Clients, q Request, capaci
 		}()
 	}
 
+	var adv *adversary
+	if clients.Adversary.Kind != NoAdversary {
+		adv = &adversary{cfg: clients.Adversary, q: q}
+		if adv.cfg.Kind == Cheap {
+			if adv.q, err = cheapRequest(); err != nil {
+				cancel()
+				wg.Wait()
+				return nil, err
+			}
+		}
+		for _, cc := range pop.conns {
+			adv.rpcs = append(adv.rpcs, verifyv1.NewVerifyServiceClient(cc))
+		}
+	}
+
 	if wait := time.Until(start); wait > 0 {
 		time.Sleep(wait)
+	}
+	if adv != nil {
+		arng := mrand.New(mrand.NewPCG(e.Seed, 0x616476))
+		wg.Go(func() { adv.drive(rctx, arng, start, e.rate(capacity.PerSecond), total) })
 	}
 	rng := mrand.New(mrand.NewPCG(e.Seed, 0x73746f726d))
 	pop.drive(rctx, rng, e.rate(capacity.PerSecond), total)
@@ -297,6 +323,9 @@ func Run(ctx context.Context, f *drive.Fleet, clients Clients, q Request, capaci
 	afterWindow := int(e.AfterWindow / time.Second)
 	res := &Result{Fleet: f.Name, Spec: e, Capacity: capacity, Series: s, Base: base, Trig: trig, Obs: obs,
 		Applied: applied, Lifted: lifted}
+	if adv != nil {
+		res.Adversary = adv.counts()
+	}
 	res.Verdict = Judge(s, base, trig, obs, afterWindow)
 	return res, nil
 }
@@ -309,15 +338,4 @@ func untilLifted(trig, obs Window, lifted time.Duration) (Window, Window) {
 		trig.To, obs.From = l, l
 	}
 	return trig, obs
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

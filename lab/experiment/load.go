@@ -135,15 +135,35 @@ func (p *population) close() {
 }
 
 // drive sends open-loop Poisson arrivals at rate(t) logical requests per
-// second from the series' start for d, then waits for every logical request
-// to end (each is bounded by its population's patience; ctx ending cuts
-// them short). Arrivals are scheduled, not paced by answers: a slow fleet
-// gets the same arrivals as a fast one. When the lab falls behind schedule it
-// sends at once what is due, so the rate holds on average.
+// second from the series' start for d (see poisson), then waits for every
+// logical request to end (each is bounded by its population's patience;
+// ctx ending cuts them short).
 func (p *population) drive(ctx context.Context, rng *rand.Rand, rate func(time.Duration) float64, d time.Duration) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	start := p.s.Start()
+	poisson(ctx, rng, p.s.Start(), rate, d, func(arrival time.Time) {
+		kind, _ := pick(rng, p.kinds, p.kindCw)
+		pri, _ := pick(rng, p.pris, p.priCw)
+		p.s.Add(arrival, func(x *observe.Second) { x.Offered.Add(1) })
+		if p.inflight.Load() >= int64(p.cfg.MaxInFlight) {
+			p.s.Add(arrival, func(x *observe.Second) { x.Dropped.Add(1) })
+			return
+		}
+		p.inflight.Add(1)
+		wg.Go(func() {
+			defer p.inflight.Add(-1)
+			p.one(ctx, kind, pri, arrival)
+		})
+	})
+}
+
+// poisson calls send at each arrival of a Poisson process of rate(t) per
+// second from start for d, until ctx ends. Arrivals are scheduled, not
+// paced by answers: a slow fleet gets the same arrivals as a fast one.
+// When the caller falls behind schedule it sends at once what is due, so
+// the rate holds on average. send must not block.
+func poisson(ctx context.Context, rng *rand.Rand, start time.Time, rate func(time.Duration) float64, d time.Duration,
+	send func(arrival time.Time)) {
 	next := start
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -167,20 +187,7 @@ func (p *population) drive(ctx context.Context, rng *rand.Rand, rate func(time.D
 		}
 		arrival := next
 		next = next.Add(time.Duration(rng.ExpFloat64() / lambda * float64(time.Second)))
-		kind, _ := pick(rng, p.kinds, p.kindCw)
-		pri, _ := pick(rng, p.pris, p.priCw)
-		p.s.Add(arrival, func(x *observe.Second) { x.Offered.Add(1) })
-		if p.inflight.Load() >= int64(p.cfg.MaxInFlight) {
-			p.s.Add(arrival, func(x *observe.Second) { x.Dropped.Add(1) })
-			continue
-		}
-		p.inflight.Add(1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer p.inflight.Add(-1)
-			p.one(ctx, kind, pri, arrival)
-		}()
+		send(arrival)
 	}
 }
 

@@ -92,3 +92,28 @@ func FuzzParseSpecs(f *testing.F) {
 		}
 	})
 }
+
+func TestAdversaryValidate(t *testing.T) {
+	ok := DefaultAdversary()
+	if err := ok.Validate(); err != nil {
+		t.Errorf("no adversary: %v", err)
+	}
+	for _, k := range AdversaryKinds {
+		a := DefaultAdversary()
+		a.Kind = k
+		if err := a.Validate(); err != nil {
+			t.Errorf("%s with the defaults: %v", k, err)
+		}
+	}
+	for _, a := range []Adversary{
+		{Kind: "flood", Share: 0.1},
+		{Kind: Cheap, Share: 0},
+		{Kind: Cheap, Share: 0.95},
+		{Kind: Tight, Share: 0.1},
+		{Kind: Cancel, Share: 0.1},
+	} {
+		if err := a.Validate(); err == nil {
+			t.Errorf("%+v: valid, want an error", a)
+		}
+	}
+}

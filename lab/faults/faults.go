@@ -216,7 +216,7 @@ func (fs Config) Validate() error {
 			known = known || k == n
 		}
 		if !known {
-			errs = append(errs, fmt.Errorf("faults: unknown fault %q (want one of %s)", truncate(n), strings.Join(Names, ", ")))
+			errs = append(errs, fmt.Errorf("faults: unknown fault %q (want one of %s)", drive.Truncate(n), strings.Join(Names, ", ")))
 		}
 	}
 	return errors.Join(errs...)
@@ -230,7 +230,7 @@ func Run(ctx context.Context, f *drive.Fleet, q experiment.Request, c Config) ([
 	if log == nil {
 		log = slog.Default()
 	}
-	capacity, err := experiment.MeasureCapacity(ctx, f.Target, f.TLS, q, c.Capacity)
+	capacity, err := experiment.MeasureCapacity(ctx, f.Target, f.Caller, q, c.Capacity)
 	if err != nil {
 		return nil, err
 	}
@@ -240,7 +240,7 @@ func Run(ctx context.Context, f *drive.Fleet, q experiment.Request, c Config) ([
 	settings := ledger.DefaultSettings()
 	var out []Result
 	for _, ft := range c.suite() {
-		if err := sleepCtx(ctx, 2*time.Second); err != nil {
+		if err := drive.Sleep(ctx, 2*time.Second); err != nil {
 			return out, err
 		}
 		log.Info("fault", "name", ft.name)
@@ -263,25 +263,6 @@ func Run(ctx context.Context, f *drive.Fleet, q experiment.Request, c Config) ([
 		}
 	}
 	return out, nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
-// truncate bounds user text quoted back in errors.
-func truncate(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
-	}
-	return s
 }
 
 // leaderProbe asks budgetd who leads every 100 ms.

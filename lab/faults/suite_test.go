@@ -51,12 +51,11 @@ func TestFaultSuiteOnCompose(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("scripts/docker-build.sh: %v\n%s", err, out)
 	}
-	lab := filepath.Join(t.TempDir(), "levee-lab")
-	build = exec.CommandContext(ctx, "go", "build", "-o", lab, "./cmd/levee-lab")
-	build.Dir = filepath.Join(root, "lab")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/levee-lab: %v\n%s", err, out)
+	labBin := t.TempDir()
+	if err := drive.GoBuild(ctx, filepath.Join(root, "lab"), labBin, "./cmd/levee-lab"); err != nil {
+		t.Fatal(err)
 	}
+	lab := filepath.Join(labBin, "levee-lab")
 
 	// A project of its own: a fleet someone runs here is not touched (its
 	// ports are, so the two cannot run at once).

@@ -25,6 +25,9 @@ const (
 	ColLabCPU   = "lab_cpu"
 	ColHostCPU  = "host_cpu"
 	ColLimit    = "gw_limit"
+	// ColMarginCapacity is the capacity behind the gateway's bistability
+	// margin.
+	ColMarginCapacity = "gw_margin_capacity"
 )
 
 // fetchMetrics reads a Prometheus text page.
@@ -305,6 +308,7 @@ func (sc *Scraper) Read(ctx context.Context, timeout time.Duration) map[string]f
 			set(pre+"_autopilot", sumOf(mfs, wellknown.MetricGatewayAutopilotEngaged, nil))
 			set(pre+"_fleet_retries", sc.delta(name, "fleet_retries", sumOf(mfs, wellknown.MetricGatewayFleetRetries, nil)))
 			set(pre+"_margin", sumOf(mfs, wellknown.MetricGatewayMargin, nil))
+			set(pre+"_margin_capacity", sumOf(mfs, wellknown.MetricGatewayMarginCapacity, nil))
 			set(pre+"_late", sc.delta(name, "late", sumOf(mfs, wellknown.MetricGatewayLate, nil)))
 			if _, ok := mfs[wellknown.MetricBudgetFallback]; ok { // the gateway's own retry budget
 				set(pre+"_budget_fallback", sumOf(mfs, wellknown.MetricBudgetFallback, nil))

@@ -13,6 +13,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/leveehq/levee/lab/experiment"
+	"github.com/leveehq/levee/lab/observe"
 )
 
 var (
@@ -120,6 +121,22 @@ func plotRun(r *experiment.Result, path string) error {
 	p.Y.Min, p.Y.Max = 0, top
 	p.Legend.Top = true
 	return p.Save(8*vg.Inch, 4*vg.Inch, path)
+}
+
+// plotGateway draws what an adversary must not move: the gateway's
+// admission limit and the capacity its bistability margin is computed
+// from, beside the capacity C the lab measured.
+func plotGateway(r *experiment.Result, path string) error {
+	n := r.Obs.To
+	col := func(name string) []float64 {
+		ys := r.Series.Scraped(name)
+		return ys[:min(n, len(ys))]
+	}
+	title := fmt.Sprintf("%s fleet at %.2f C beside %s: the gateway", r.Fleet, r.Spec.Load, r.Adversary.Kind)
+	return plotLines(title, "per second, or calls", []line{
+		{name: "admission limit", ys: col(observe.ColLimit), scale: 1, color: colorAttempts},
+		{name: "margin's capacity", ys: col(observe.ColMarginCapacity), scale: 1, color: colorGoodput},
+	}, r.Trig, 0, r.Capacity.PerSecond, "C measured by the lab", path)
 }
 
 // line is one curve of a plot over time.

@@ -102,6 +102,13 @@ func (rep *runsWriter) write(dir string) error {
 			}
 			rep.Files = append(rep.Files, png)
 			plotted[r] = filepath.Base(png)
+			if r.Adversary != nil {
+				gpng := filepath.Join(dir, fileName(r)+"-gateway.png")
+				if err := plotGateway(r, gpng); err != nil {
+					return fmt.Errorf("report: plot: %w", err)
+				}
+				rep.Files = append(rep.Files, gpng)
+			}
 		}
 	}
 	if err := add(filepath.Join(dir, "summary.csv"), func(w io.Writer) error { return writeSummary(w, rep.Results) }); err != nil {

@@ -110,11 +110,11 @@ func Run(ctx context.Context, f *drive.Fleet, q experiment.Request, c Config) (*
 	if log == nil {
 		log = slog.Default()
 	}
-	capacity, err := experiment.MeasureCapacity(ctx, f.Target, f.TLS, q, c.Capacity)
+	capacity, err := experiment.MeasureCapacity(ctx, f.Target, f.Caller, q, c.Capacity)
 	if err != nil {
 		return nil, err
 	}
-	if err := sleepCtx(ctx, 2*time.Second); err != nil {
+	if err := drive.Sleep(ctx, 2*time.Second); err != nil {
 		return nil, err
 	}
 	e := c.Base
@@ -125,17 +125,6 @@ func Run(ctx context.Context, f *drive.Fleet, q experiment.Request, c Config) (*
 		return nil, err
 	}
 	return Judge(res), nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // Judge compares each member's early and late levels over the baseline

@@ -117,7 +117,9 @@ func New(cfg Config) (*Breaker, error) {
 		b.rand = rand.Float64
 	}
 	b.base = b.clock.Now()
-	b.win = window.New(numBuckets, cfg.Window/numBuckets, 2)
+	// Buckets start when the breaker was made, not at the Unix epoch: the
+	// window's edges fall where they always have for a given clock.
+	b.win = window.New(numBuckets, cfg.Window/numBuckets, 2).AlignTo(b.base)
 	return b, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leveehq/levee/internal/embeddedetcd"
+	"github.com/leveehq/levee/internal/serving"
 	"github.com/leveehq/levee/pkg/ledger"
 	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/wellknown"
@@ -63,9 +64,20 @@ type Config struct {
 	// Defaults are the settings of keys without their own configuration in
 	// etcd, unless <Prefix>config/_default holds valid settings.
 	Defaults ledger.Settings
+	// MaxClientRate bounds what one report may claim: first attempts plus
+	// retries a second of the span it covers (at least one second), per
+	// key. A report above it is one no real client could make (a
+	// forged or broken one that would inflate the fleet's retry budget);
+	// it is refused with INVALID_ARGUMENT, counted
+	// (leases_total{outcome="implausible"}), and earns nothing.
+	MaxClientRate float64
 	// MaxKeys bounds the budget keys the leader accounts for at once:
 	// clients choose keys, so without a bound they could grow memory.
 	MaxKeys int
+
+	// ServerLimits bound what one peer can make the server hold (connections,
+	// streams, headers, handshake time, connection lifetime).
+	ServerLimits serving.Limits
 
 	// TLS is the replica's identity: it serves mutual TLS with it (a client
 	// must present a certificate of the same CA), and presents it to etcd
@@ -91,8 +103,9 @@ type Config struct {
 // DefaultConfig returns the production defaults.
 func DefaultConfig() Config {
 	return Config{
-		ListenAddr:  wellknown.LoopbackAddr(wellknown.BudgetdPort),
-		MetricsAddr: wellknown.LoopbackAddr(wellknown.BudgetdPort + wellknown.MetricsOffset),
+		ServerLimits: serving.DefaultLimits(),
+		ListenAddr:   wellknown.LoopbackAddr(wellknown.BudgetdPort),
+		MetricsAddr:  wellknown.LoopbackAddr(wellknown.BudgetdPort + wellknown.MetricsOffset),
 		EmbeddedEtcd: embeddedetcd.Config{
 			DataDir:   "budgetd.etcd",
 			ClientURL: wellknown.LoopbackAddr(wellknown.EtcdClientPort), // http://, or https:// with TLS
@@ -110,16 +123,20 @@ func DefaultConfig() Config {
 		// a failover to; etcd then has to answer a renewal within about
 		// 1.3 s, or the leader steps down and clients use their local
 		// budgets until the next one is elected.
-		ElectionTTL:  2 * time.Second,
-		Defaults:     ledger.DefaultSettings(),
-		MaxKeys:      4096,
-		EtcdLogLevel: slog.LevelError,
+		ElectionTTL:   2 * time.Second,
+		Defaults:      ledger.DefaultSettings(),
+		MaxKeys:       4096,
+		MaxClientRate: 50_000,
+		EtcdLogLevel:  slog.LevelError,
 	}
 }
 
 // Validate reports every invalid field.
 func (c Config) Validate() error {
 	var errs []error
+	if err := c.ServerLimits.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("ServerLimits: %w", err))
+	}
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	for i, ep := range c.EtcdEndpoints {
 		if strings.TrimSpace(ep) == "" {
@@ -154,6 +171,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Defaults.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("Defaults: %w", err))
+	}
+	if !(c.MaxClientRate >= 1) || math.IsInf(c.MaxClientRate, 0) {
+		add("MaxClientRate must be a finite number ≥ 1, got %v", c.MaxClientRate)
 	}
 	if c.MaxKeys < 1 {
 		add("MaxKeys must be at least 1, got %d", c.MaxKeys)

@@ -13,6 +13,8 @@ const (
 	outcomeUnavailable = "unavailable" // no leader could answer
 	outcomeInvalid     = "invalid"     // INVALID_ARGUMENT
 	outcomeExhausted   = "exhausted"   // too many budget keys
+	outcomeImplausible = "implausible" // a report above MaxClientRate
+	outcomeForbidden   = "forbidden"   // a client_id its certificate cannot bind
 )
 
 // otherKey labels every budget key without its own configuration in etcd:

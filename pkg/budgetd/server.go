@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,7 +21,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -30,7 +30,9 @@ import (
 	"github.com/leveehq/levee/internal/etcdclient"
 	"github.com/leveehq/levee/internal/etcdlog"
 	"github.com/leveehq/levee/internal/serving"
+	"github.com/leveehq/levee/pkg/etcdauth"
 	"github.com/leveehq/levee/pkg/ledger"
+	"github.com/leveehq/levee/pkg/mtls"
 )
 
 var _ budgetv1.BudgetServiceServer = (*Server)(nil)
@@ -117,21 +119,37 @@ func New(cfg Config) (*Server, error) {
 
 	grpcMetrics := grpcprom.NewServerMetrics()
 	s.reg.MustRegister(grpcMetrics)
-	s.grpc = grpc.NewServer(append(cfg.TLS.ServerOptions(tls.RequireAndVerifyClientCert),
+	s.reg.MustRegister(cfg.TLS.Collectors()...) // certificate expiry and reloads
+	unary := []grpc.UnaryServerInterceptor{grpcMetrics.UnaryServerInterceptor()}
+	stream := []grpc.StreamServerInterceptor{grpcMetrics.StreamServerInterceptor(), s.streams.Interceptor()}
+	if !cfg.TLS.Plaintext() {
+		u, st := Policy().Interceptors()
+		unary, stream = append(unary, u), append(stream, st)
+	}
+	// Budget clients ping their connection every 10 s to find a dead one
+	// (pkg/budget): cfg.ServerLimits.MinPingInterval must stay below.
+	s.grpc = grpc.NewServer(slices.Concat(cfg.TLS.ServerOptions(tls.RequireAndVerifyClientCert), cfg.ServerLimits.ServerOptions(), []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
-		// Budget clients ping their connection every 10 s to find a dead one
-		// (pkg/budget); grpc's default policy would answer pings more often
-		// than every 5 minutes with GOAWAY.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor()),
-		grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor(), s.streams.Interceptor()),
-	)...)
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
+	})...)
 	budgetv1.RegisterBudgetServiceServer(s.grpc, s)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	grpcMetrics.InitializeMetrics(s.grpc)
 	s.setHealth(false)
 	return s, nil
+}
+
+// Policy is who may call what on a budgetd port with TLS: Lease budget
+// clients (under their own names), Status the admin and readers, each also
+// the other replicas (which forward both to the leader); health and reflection anyone the handshake
+// admitted; nothing else.
+func Policy() mtls.Policy {
+	return mtls.Policy{Methods: map[string][]string{
+		budgetv1.BudgetService_Lease_FullMethodName:  {mtls.RoleBudget, mtls.RoleBudgetd},
+		budgetv1.BudgetService_Status_FullMethodName: {mtls.RoleAdmin, mtls.RoleRead, mtls.RoleBudgetd},
+	}, Open: mtls.OpenServices}
 }
 
 // Registry returns the registry holding the replica's metrics.
@@ -227,6 +245,17 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) (err error) 
 	}
 	defer cli.Close()
 	defer s.fwd.close()
+	if where == "embedded" && !s.cfg.TLS.Plaintext() {
+		// budgetd owns its embedded etcd: no other certificate of the CA may
+		// touch its election or settings.
+		actx, cancel := context.WithTimeout(ctx, s.cfg.EtcdDialTimeout+10*time.Second)
+		err := etcdauth.EnableBudgetd(actx, cli, s.cfg.Prefix)
+		cancel()
+		if err != nil {
+			closeListeners()
+			return fmt.Errorf("budgetd: embedded etcd's access control: %w", err)
+		}
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	// The etcd work ends before gRPC stops, so that the replica resigns
@@ -238,7 +267,7 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) (err error) 
 	etcdWork.Go(func() { s.forgetLoop(gctx) })
 
 	g.Go(func() error {
-		if err := s.grpc.Serve(lis); err != nil {
+		if err := s.grpc.Serve(s.cfg.ServerLimits.Listener(lis)); err != nil {
 			return fmt.Errorf("budgetd: serve: %w", err)
 		}
 		return nil
@@ -321,6 +350,23 @@ func (s *Server) Lease(ctx context.Context, req *budgetv1.LeaseRequest) (*budget
 		s.metrics.leases.WithLabelValues(outcomeInvalid).Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	forwarded := isForwarded(ctx)
+	if who, ok := mtls.PeerOf(ctx); ok {
+		// A client leases under its certificate's name; only a replica
+		// forwards a lease it has bound already.
+		if forwarded = forwarded && who.Has(mtls.RoleBudgetd); !forwarded {
+			id, err := bindClientID(who.Name, req.GetClientId())
+			if err != nil {
+				s.metrics.leases.WithLabelValues(outcomeForbidden).Inc()
+				return nil, err
+			}
+			req.ClientId = id
+		}
+	}
+	if err := plausible(req, s.cfg.MaxClientRate); err != nil {
+		s.metrics.leases.WithLabelValues(outcomeImplausible).Inc()
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	resp, err := s.grant(req)
 	switch {
 	case err == nil:
@@ -334,7 +380,7 @@ func (s *Server) Lease(ctx context.Context, req *budgetv1.LeaseRequest) (*budget
 		s.metrics.leases.WithLabelValues(outcomeUnavailable).Inc()
 		return nil, err
 	}
-	if isForwarded(ctx) {
+	if forwarded {
 		s.metrics.leases.WithLabelValues(outcomeUnavailable).Inc()
 		return nil, errForwardedTwice
 	}

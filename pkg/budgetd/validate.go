@@ -2,6 +2,11 @@ package budgetd
 
 import (
 	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
 	"github.com/leveehq/levee/pkg/ledger"
@@ -53,6 +58,40 @@ func validateLease(req *budgetv1.LeaseRequest) error {
 			if sp.AsDuration() < 0 {
 				return fmt.Errorf("reports[%d].span: must not be negative, got %v", i, sp.AsDuration())
 			}
+		}
+	}
+	return nil
+}
+
+// bindClientID is the name budgetd accounts a lease under: the client's
+// certificate name, a colon, and the client_id it sent ("gateway:host/pid/x"),
+// so that a client can report and hold tokens only under its own name. A
+// certificate name that is not a valid client name, or a bound name too
+// long to be one, is refused with PERMISSION_DENIED or INVALID_ARGUMENT.
+func bindClientID(certName, clientID string) (string, error) {
+	if certName == "" || strings.Contains(certName, ":") || ledger.ValidateName(certName) != nil {
+		return "", status.Error(codes.PermissionDenied,
+			"Lease needs a client certificate whose common name is 1..128 bytes of [A-Za-z0-9._/-]: budgetd accounts the lease under it")
+	}
+	id := certName + ":" + clientID
+	if err := ledger.ValidateName(id); err != nil {
+		return "", status.Errorf(codes.InvalidArgument, "client_id: bound to the certificate's name it is too long (%v); send a shorter one", err)
+	}
+	return id, nil
+}
+
+// plausible reports a report that claims more first attempts plus retries
+// than maxRate a second over its span (at least a second): a report no real
+// client could make.
+func plausible(req *budgetv1.LeaseRequest, maxRate float64) error {
+	for i, r := range req.GetReports() {
+		span := time.Second
+		if sp := r.GetSpan(); sp != nil {
+			span = max(span, sp.AsDuration())
+		}
+		if n := float64(r.GetFirstAttempts()) + float64(r.GetRetries()); n > maxRate*span.Seconds() {
+			return fmt.Errorf("reports[%d]: %.0f first attempts and retries over %v is more than %.0f a second, which no client sends; refused",
+				i, n, span, maxRate)
 		}
 	}
 	return nil

@@ -169,7 +169,31 @@ func (f Facts) Validate() error {
 // given more than one value — is a *MalformedError naming the key. The
 // caller is expected to answer it with codes.InvalidArgument.
 func FromIncoming(ctx context.Context) (Facts, error) {
-	f := defaults
+	f, err := Asked(ctx)
+	if err != nil {
+		return Facts{}, err
+	}
+	return f.withDefaults(), nil
+}
+
+// withDefaults is f with each unset field (Attempt 0, PriorityUnspecified)
+// set to its default.
+func (f Facts) withDefaults() Facts {
+	if f.Attempt == 0 {
+		f.Attempt = defaults.Attempt
+	}
+	if f.Priority == PriorityUnspecified {
+		f.Priority = defaults.Priority
+	}
+	return f
+}
+
+// Asked reads the facts as the incoming gRPC metadata of ctx states them,
+// as FromIncoming does, but leaves a missing key unset (Attempt 0,
+// PriorityUnspecified, Tenant ""): what a caller asked for, which a server
+// that binds facts to the caller's identity must tell from a default.
+func Asked(ctx context.Context) (Facts, error) {
+	var f Facts
 	if v, ok, err := single(ctx, AttemptKey); err != nil {
 		return Facts{}, err
 	} else if ok {

@@ -82,7 +82,35 @@ func Enable(ctx context.Context, cli *clientv3.Client, l Layout) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
-	for user, grants := range l.roles() {
+	return enable(ctx, cli, l.roles())
+}
+
+// EnableBudgetd turns on access control on an etcd that budgetd alone uses
+// (its embedded one, without -etcd): user budgetd may read and write its
+// election and read its settings under prefix, admin and root everything,
+// and any other certificate of the CA nothing. It does nothing when access
+// control is on already; while it is off, any client of the CA (budgetd
+// itself) may turn it on.
+func EnableBudgetd(ctx context.Context, cli *clientv3.Client, prefix string) error {
+	if prefix == "" {
+		return errors.New("etcdauth: budgetd's prefix must be set")
+	}
+	if st, err := cli.AuthStatus(ctx); err != nil {
+		return fmt.Errorf("etcdauth: status: %w", err)
+	} else if st.Enabled {
+		return nil
+	}
+	read, rw := clientv3.PermissionType(clientv3.PermRead), clientv3.PermissionType(clientv3.PermReadWrite)
+	return enable(ctx, cli, map[string][]grant{
+		mtls.IdentityBudgetd: {{prefix + "election", true, rw}, {prefix + "config/", true, read}},
+	})
+}
+
+// enable makes a role levee-USER with its grants for each user of roles,
+// the users admin and root with etcd's root role, and turns authentication
+// on.
+func enable(ctx context.Context, cli *clientv3.Client, roles map[string][]grant) error {
+	for user, grants := range roles {
 		role := "levee-" + user
 		if _, err := cli.RoleAdd(ctx, role); err != nil && !errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
 			return fmt.Errorf("etcdauth: role %s: %w", role, err)

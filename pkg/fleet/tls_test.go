@@ -20,10 +20,13 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/internal/etcdclient"
+	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/fleetctl"
 	"github.com/leveehq/levee/pkg/gateway"
 	"github.com/leveehq/levee/pkg/mtls"
@@ -34,10 +37,11 @@ import (
 //   - every internal port (budgetd, each verifier, etcd) refuses plaintext,
 //     TLS without a client certificate and a certificate of another CA, and
 //     serves one of the fleet's CA;
-//   - the gateway's public port serves TLS with or without a client
-//     certificate, and refuses plaintext and a certificate of another CA;
-//   - the capacity knob refuses a certificate without the admin role
-//     (PERMISSION_DENIED) and obeys the admin's;
+//   - the gateway's public port serves TLS with a client certificate of
+//     the CA, and refuses plaintext, TLS without one (no -allow-anonymous)
+//     and a certificate of another CA;
+//   - each port serves each method only to the roles it names
+//     (checkAuthorization);
 //   - etcd refuses a settings write from any identity but the admin's (etcd's
 //     own access control: gateway, verifier and client certificates may not
 //     write it), and takes the admin's;
@@ -151,13 +155,12 @@ func TestMutualTLSFleet(t *testing.T) {
 	}
 	for how, transport := range transports {
 		err := health(a.Gateway, transport)
-		want := how == "the fleet's client certificate" || how == "TLS without a client certificate"
+		want := how == "the fleet's client certificate"
 		if (err == nil) != want {
 			t.Errorf("gateway (%s) with %s: health check %v; want it served: %v", a.Gateway, how, err, want)
 		}
 	}
 
-	// The capacity knob demands the admin role.
 	identity := func(name string) *mtls.Source {
 		src, err := mtls.Settings{Dir: dir}.Load(name, mtls.Options{})
 		if err != nil {
@@ -165,26 +168,7 @@ func TestMutualTLSFleet(t *testing.T) {
 		}
 		return src
 	}
-	knob := func(id *mtls.Source) error {
-		cc, err := grpc.NewClient(a.Verifiers[0], id.DialOption(""))
-		if err != nil {
-			return err
-		}
-		defer cc.Close()
-		kctx, kcancel := context.WithTimeout(ctx, 5*time.Second)
-		defer kcancel()
-		_, err = verifyv1.NewVerifierAdminServiceClient(cc).SetCapacity(kctx, &verifyv1.SetCapacityRequest{WorkerFraction: 1, Slowdown: 1})
-		return err
-	}
-	if err := knob(identity(mtls.IdentityClient)); status.Code(err) != codes.PermissionDenied {
-		t.Errorf("SetCapacity with the client certificate: %v, want PermissionDenied", err)
-	}
-	if err := knob(identity(mtls.IdentityGateway)); status.Code(err) != codes.PermissionDenied {
-		t.Errorf("SetCapacity with the gateway's certificate: %v, want PermissionDenied", err)
-	}
-	if err := knob(identity(mtls.IdentityAdmin)); err != nil {
-		t.Errorf("SetCapacity with the admin certificate: %v", err)
-	}
+	checkAuthorization(ctx, t, a, transports, identity)
 
 	// Settings writes: only the admin's identity.
 	write := func(name string) error {
@@ -234,6 +218,109 @@ func TestMutualTLSFleet(t *testing.T) {
 		}
 		if err := health(addr, identity(mtls.IdentityClient).DialOption("")); err != nil {
 			t.Errorf("%s after the rotation: %v", port, err)
+		}
+	}
+}
+
+// checkAuthorization calls every method of every port of the fleet at a
+// with every identity of its development set, none, and another CA's, and
+// checks each answer against the table of who may call what: a refusal
+// must carry its code (UNAVAILABLE for a handshake the port refuses,
+// PERMISSION_DENIED for an identity without the role), and a call that is
+// allowed must get past authorisation (any other answer).
+func checkAuthorization(ctx context.Context, t *testing.T, a Addresses, transports map[string]grpc.DialOption, identity func(string) *mtls.Source) {
+	t.Helper()
+	const served = codes.OK // "past authorisation": the method's own answer
+	denied, refused := codes.PermissionDenied, codes.Unavailable
+	type method struct {
+		port, name string
+		addr       string
+		call       func(context.Context, *grpc.ClientConn) error
+	}
+	verify := func(ctx context.Context, cc *grpc.ClientConn) error {
+		_, err := verifyv1.NewVerifyServiceClient(cc).Verify(ctx, &verifyv1.VerifyRequest{})
+		return err
+	}
+	hash := func(ctx context.Context, cc *grpc.ClientConn) error {
+		_, err := verifyv1.NewVerifyServiceClient(cc).Hash(ctx, &verifyv1.HashRequest{})
+		return err
+	}
+	methods := []method{
+		{"gateway", "Verify", a.Gateway, verify},
+		{"gateway", "Hash", a.Gateway, hash},
+		{"verifier", "Verify", a.Verifiers[0], verify},
+		{"verifier", "Hash", a.Verifiers[0], hash},
+		{"verifier", "SetCapacity", a.Verifiers[0], func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := verifyv1.NewVerifierAdminServiceClient(cc).SetCapacity(ctx, &verifyv1.SetCapacityRequest{WorkerFraction: 1, Slowdown: 1})
+			return err
+		}},
+		{"verifier", "GetCapacity", a.Verifiers[0], func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := verifyv1.NewVerifierAdminServiceClient(cc).GetCapacity(ctx, &verifyv1.GetCapacityRequest{})
+			return err
+		}},
+		{"budgetd", "Lease", a.Budgetd, func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := budgetv1.NewBudgetServiceClient(cc).Lease(ctx, &budgetv1.LeaseRequest{ClientId: "table/1"})
+			return err
+		}},
+		{"budgetd", "Status", a.Budgetd, func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := budgetv1.NewBudgetServiceClient(cc).Status(ctx, &budgetv1.StatusRequest{})
+			return err
+		}},
+	}
+	callers := []string{"none", "another CA's", mtls.IdentityClient, mtls.IdentityFrontend, mtls.IdentityGateway,
+		mtls.IdentityVerifier, mtls.IdentityBudgetd, mtls.IdentityAdmin}
+	// want[port.method] lists the answer for each of callers, in order.
+	want := map[string][]codes.Code{
+		"gateway.Verify":       {refused, refused, served, served, denied, denied, denied, denied},
+		"gateway.Hash":         {refused, refused, served, served, denied, denied, denied, denied},
+		"verifier.Verify":      {refused, refused, denied, denied, served, denied, denied, denied},
+		"verifier.Hash":        {refused, refused, denied, denied, served, denied, denied, denied},
+		"verifier.SetCapacity": {refused, refused, denied, denied, denied, denied, denied, served},
+		"verifier.GetCapacity": {refused, refused, denied, denied, denied, denied, denied, served},
+		"budgetd.Lease":        {refused, refused, served, served, served, denied, served, denied},
+		"budgetd.Status":       {refused, refused, denied, denied, denied, denied, served, served},
+	}
+	dial := func(who string) grpc.DialOption {
+		switch who {
+		case "none":
+			return transports["TLS without a client certificate"]
+		case "another CA's":
+			return transports["a client certificate of another CA"]
+		}
+		return identity(who).DialOption("")
+	}
+	for _, m := range methods {
+		for i, who := range callers {
+			cc, err := grpc.NewClient(m.addr, dial(who))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err = m.call(cctx, cc)
+			cancel()
+			cc.Close()
+			got := status.Code(err)
+			w := want[m.port+"."+m.name][i]
+			if w == served && (got == codes.Unauthenticated || got == denied || got == refused) ||
+				w != served && got != w {
+				t.Errorf("%s %s as %s: %v; want %v", m.port, m.name, who, err, w)
+			}
+		}
+	}
+
+	// A caller's headers can lower its standing, never raise it or change
+	// its tenant.
+	cc, err := grpc.NewClient(a.Gateway, identity(mtls.IdentityClient).DialOption(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	for _, kv := range [][]string{{callmeta.PriorityKey, "critical"}, {callmeta.TenantKey, "someone-else"}} {
+		cctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, kv...), 5*time.Second)
+		err := verify(cctx, cc)
+		cancel()
+		if status.Code(err) != denied {
+			t.Errorf("gateway Verify as %s with %s: %v; want %v", mtls.IdentityClient, kv, err, denied)
 		}
 	}
 }

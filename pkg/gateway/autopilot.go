@@ -101,7 +101,8 @@ func (s *callSet) flush(cutoff time.Time) int {
 //     least half its recent peak and the mean queue wait the tick's
 //     answers reported is above RampQueueWait. Refusals count neither way:
 //     a fleet that refuses what it cannot finish in time is overloaded, the
-//     limiter's business, not metastable.
+//     limiter's business, not metastable. Nor does a call its caller
+//     cancelled: leaving is the caller's choice, not the fleet's waste.
 //   - Evidence is a tick in which some verifier answered a call it hashed.
 //     A tick without one (a stall: every verifier frozen, paused or cut
 //     off) is no evidence either way, and more than EngageAfter of them in
@@ -168,7 +169,8 @@ func (a *autopilot) sawInflight(n int) {
 
 // sawWork counts a call a verifier worked on, took after its arrival:
 // answered, or not (the caller's deadline passed, or the autopilot cut it,
-// while it was forwarded). Refusals are not counted.
+// while it was forwarded). Refusals and calls their callers cancelled are
+// not counted.
 func (a *autopilot) sawWork(took time.Duration, answered bool) {
 	a.answers.Add(1)
 	if answered && took <= a.clientTimeout() {

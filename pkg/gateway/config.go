@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/leveehq/levee/internal/serving"
 	"github.com/leveehq/levee/pkg/admission"
 	"github.com/leveehq/levee/pkg/breaker"
 	"github.com/leveehq/levee/pkg/deadline"
@@ -109,12 +110,21 @@ type Config struct {
 	// every 5 s (their keepalive enforcement policy).
 	ProbeInterval time.Duration
 
-	// TLS is the gateway's identity: its public port serves TLS with it
-	// (a caller's certificate is optional there, and verified when
-	// given), and it presents it to the verifiers, budgetd and etcd, whose
-	// certificates it verifies against the same CA bundle. Nil is plaintext
-	// everywhere (-insecure).
+	// ServerLimits bound what one peer can make the server hold (connections,
+	// streams, headers, handshake time, connection lifetime).
+	ServerLimits serving.Limits
+
+	// TLS is the gateway's identity: its public port serves TLS with it to
+	// callers who present a certificate of the same CA naming their tenant
+	// (package caller binds each call's tenant and priority to it), and it
+	// presents it to the verifiers, budgetd and etcd, whose certificates
+	// it verifies against the same CA bundle. Nil is plaintext everywhere
+	// (-insecure): a trusted network, where each call's facts pass as sent.
 	TLS *mtls.Source
+	// AllowAnonymous also serves callers without a certificate, all as
+	// one tenant (caller.AnonymousTenant) at priority batch at most. Off
+	// by default; from the command line only (wellknown.DefenceFlags).
+	AllowAnonymous bool
 
 	// Clock tells time for the gateway's rules: its windows, ejections,
 	// held queue sizes, worker-count expiry and once-a-second housekeeping
@@ -182,6 +192,7 @@ type AutopilotConfig struct {
 // verifiers found in etcd on localhost.
 func DefaultConfig() Config {
 	return Config{
+		ServerLimits:    serving.DefaultLimits(),
 		ListenAddr:      wellknown.LoopbackAddr(wellknown.GatewayPort),
 		MetricsAddr:     wellknown.LoopbackAddr(wellknown.GatewayPort + wellknown.MetricsOffset),
 		EtcdDialTimeout: 5 * time.Second,
@@ -216,6 +227,9 @@ func DefaultConfig() Config {
 
 // Validate reports the first invalid field.
 func (c Config) Validate() error {
+	if err := c.ServerLimits.Validate(); err != nil {
+		return fmt.Errorf("gateway: ServerLimits: %w", err)
+	}
 	if len(c.EtcdEndpoints) == 0 && len(c.Verifiers) == 0 {
 		return errors.New("gateway: no verifiers: set EtcdEndpoints (to follow registrations) or Verifiers")
 	}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/pkg/callmeta"
@@ -80,5 +81,44 @@ func TestFailedPreconditionNeitherRetriedNorTripsTheBreaker(t *testing.T) {
 	}
 	if got := v1.metric(t, "levee_verifier_hashes_total", nil) + v2.metric(t, "levee_verifier_hashes_total", nil) - hashed; got != 10 {
 		t.Errorf("the verifiers hashed %v of the 10 valid calls", got)
+	}
+}
+
+// A verifier's answers about its configuration and state reach the caller
+// with a generic message and the same code: neither the pepper key ids a
+// node holds nor its cost estimate is a stranger's business. The details
+// are counted (and logged at debug level).
+func TestVerifierDetailsWithheldFromTheCaller(t *testing.T) {
+	v := startVerifier(t, nil)
+	gw := startGateway(t, gatewayConfig(v.addr))
+	gw.waitServing(t, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+
+	peppered := strings.Replace(storedHash("pw", 64, 1), "p=1$", "p=1,keyid=eno$", 1)
+	_, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: peppered, Password: []byte("pw")})
+	if code(err) != codes.FailedPrecondition || status.Convert(err).Message() != status.Convert(errCannotVerify).Message() {
+		t.Errorf("an unknown pepper key: %v; want FAILED_PRECONDITION with the generic message", err)
+	}
+	// A deadline the hash cannot meet, refused by the verifier from its
+	// estimate: the caller is not told the estimate.
+	stored := storedHash("pw", 8<<10, 3)
+	var refused error
+	for i := 0; refused == nil && i < 20; i++ {
+		dctx, dcancel := context.WithTimeout(ctx, testDeadline.Margin+3*time.Millisecond)
+		_, err = gw.client.Verify(dctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")})
+		dcancel()
+		if code(err) == codes.DeadlineExceeded && gw.metric(t, "levee_gateway_details_withheld_total", map[string]string{"code": "DeadlineExceeded"}) > 0 {
+			refused = err
+		}
+	}
+	if refused == nil {
+		t.Fatalf("no call with a deadline too short for the hash was refused by the verifier (last: %v)", err)
+	}
+	if msg := status.Convert(refused).Message(); msg != status.Convert(errTooLittleTime).Message() {
+		t.Errorf("a deadline too short: %q; want the generic message", msg)
+	}
+	if got := gw.metric(t, "levee_gateway_details_withheld_total", map[string]string{"code": "FailedPrecondition"}); got != 1 {
+		t.Errorf("withheld FAILED_PRECONDITION counted %v, want 1", got)
 	}
 }

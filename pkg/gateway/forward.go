@@ -35,7 +35,38 @@ var (
 	errVerifierFailed = status.Error(codes.Internal, "verifier failed")
 	errAbandoned      = status.Error(codes.DeadlineExceeded,
 		"dropped by the recovery autopilot: older than the typical client timeout")
+	errCannotVerify = status.Error(codes.FailedPrecondition,
+		"this stored hash cannot be verified by this fleet: its pepper key or its cost is beyond what the fleet is configured for")
+	errTooLittleTime = status.Error(codes.DeadlineExceeded,
+		"the deadline leaves too little time to verify; send a longer one")
 )
+
+// forCaller is err as the caller is told it. A verifier's answers about its
+// own configuration and state (the pepper key ids it holds, its memory
+// budget, its cost estimate and queue) are the operator's: the caller gets
+// a generic message with the same code, the log the details at debug
+// level, and levee_gateway_details_withheld_total a count. The gateway's
+// own refusals, and INVALID_ARGUMENT (about the caller's own input), pass
+// as they are.
+func (g *Gateway) forCaller(err error) error {
+	var generic error
+	switch st := status.Convert(err); {
+	case err == errAbandoned || err == errVerifierUnavailable || err == errVerifierFailed:
+		return err
+	case st.Code() == codes.FailedPrecondition:
+		generic = errCannotVerify
+	case st.Code() == codes.DeadlineExceeded:
+		generic = errTooLittleTime
+	case st.Code() == codes.Internal || st.Code() == codes.Unknown:
+		generic = errVerifierFailed
+	default:
+		return err
+	}
+	code := status.Code(generic)
+	g.metrics.withheld.WithLabelValues(code.String()).Inc()
+	g.log.Debug("verifier answer withheld from the caller", "code", code.String(), "detail", status.Convert(err).Message())
+	return generic
+}
 
 // pushback sets a jittered retry-after trailer.
 func (g *Gateway) pushback(ctx context.Context) {
@@ -193,10 +224,7 @@ func (g *Gateway) serve(ctx context.Context, c *call, hop hopFunc) error {
 
 	if !deadline.CanFinish(ctx, g.cfg.Deadline.Margin) {
 		c.metrics.refused[reasonIndexDeadline].Inc()
-		remaining, _ := deadline.Remaining(ctx)
-		return status.Errorf(codes.DeadlineExceeded,
-			"remaining deadline %v is shorter than the gateway's forwarding margin %v; not forwarded",
-			remaining.Round(time.Millisecond), g.cfg.Deadline.Margin)
+		return errTooLittleTime
 	}
 	v, err := g.pickFor(ctx, c)
 	if err != nil {
@@ -240,12 +268,15 @@ func (g *Gateway) serve(ctx context.Context, c *call, hop hopFunc) error {
 
 	took := time.Since(start)
 	g.metrics.forwardLatency.Observe(took.Seconds())
+	// The autopilot's evidence is work the fleet did, or held queued, for
+	// nobody: a call whose deadline passed while it was out. A caller that
+	// cancels its own call chose to leave; counting that as the fleet's
+	// waste would let any caller engage the autopilot.
+	passed := deadline.Passed(ctx, g.cfg.Deadline.Margin)
 	switch {
 	case res.answered:
-		g.auto.sawWork(took, ctx.Err() == nil)
-	case res.expired || ctx.Err() != nil:
-		// Forwarded, and its caller gave up or left meanwhile: work the
-		// fleet did, or held queued, for nobody.
+		g.auto.sawWork(took, !passed)
+	case res.expired || passed:
 		g.auto.sawWork(took, false)
 	}
 	switch {
@@ -257,7 +288,7 @@ func (g *Gateway) serve(ctx context.Context, c *call, hop hopFunc) error {
 		case res.err == errVerifierUnavailable:
 			g.pushback(ctx)
 		}
-		return res.err
+		return g.forCaller(res.err)
 	case ctx.Err() != nil:
 		c.metrics.late.Inc()
 		return status.FromContextError(ctx.Err()).Err()
@@ -289,7 +320,7 @@ func (g *Gateway) retryTarget(ctx context.Context, c *call, failed *upstream.Nod
 type hopResult struct {
 	err       error
 	answered  bool        // the verifier ran it and answered (OK, or the input was bad)
-	expired   bool        // unanswered: the forwarded deadline passed, or the call was cut, while it was out
+	expired   bool        // unanswered: the forwarded deadline passed, or the autopilot cut the call, while it was out
 	retryable bool        // failure local to the node: another may answer
 	pushback  metadata.MD // the verifier's pushback trailer, passed back
 	sample    admission.Sample
@@ -311,13 +342,13 @@ func (g *Gateway) hop(ctx context.Context, inflight *inflightCall, v *upstream.N
 
 	var trailer metadata.MD
 	err = fn(octx, v.Client(), grpc.Trailer(&trailer))
+	expired := err != nil && deadline.Passed(octx, g.cfg.Deadline.Margin)
 	verdict := v.Observe(upstream.Answer{Err: err, Trailer: trailer, Cut: inflight.abandoned()})
 	if verdict.SlotsChanged {
 		g.fitCeiling()
 	}
 
-	res := hopResult{err: err, sample: admission.Sample{Outcome: admission.OutcomeIgnore},
-		expired: err != nil && octx.Err() != nil}
+	res := hopResult{err: err, sample: admission.Sample{Outcome: admission.OutcomeIgnore}, expired: expired}
 	switch verdict.Outcome {
 	case upstream.Cut:
 		// The autopilot cut it: the caller had given up.

@@ -39,6 +39,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,6 +62,7 @@ import (
 	"github.com/leveehq/levee/pkg/admission"
 	"github.com/leveehq/levee/pkg/breaker"
 	"github.com/leveehq/levee/pkg/budget"
+	"github.com/leveehq/levee/pkg/caller"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/gateway/internal/upstream"
 	"github.com/leveehq/levee/pkg/gateway/settings"
@@ -157,6 +159,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.reg = prometheus.NewRegistry()
 		g.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
+	g.reg.MustRegister(cfg.TLS.Collectors()...) // certificate expiry and reloads
 	brk := cfg.Breaker
 	g.brkCfg.Store(&brk)
 	g.settings.Store(&settings.Settings{})
@@ -220,20 +223,29 @@ func New(cfg Config) (*Gateway, error) {
 		}
 	}
 
-	unary := []grpc.UnaryServerInterceptor{cfg.Deadline.UnaryServerInterceptor(), callmeta.UnaryServerInterceptor()}
+	// Each call's tenant and priority are bound to its caller's
+	// certificate (package caller) before anything reads them.
+	callers := caller.Rules{AllowAnonymous: cfg.AllowAnonymous, Plaintext: cfg.TLS.Plaintext()}
+	unary := []grpc.UnaryServerInterceptor{cfg.Deadline.UnaryServerInterceptor(),
+		callers.UnaryServerInterceptor(verifyv1.VerifyService_Verify_FullMethodName, verifyv1.VerifyService_Hash_FullMethodName)}
 	stream := []grpc.StreamServerInterceptor{cfg.Deadline.StreamServerInterceptor(), g.streams.Interceptor()}
 	if cfg.Unguarded {
 		// A plain proxy neither refuses expired arrivals nor adds a
 		// default deadline.
 		unary, stream = unary[1:], stream[1:]
 	}
-	// Callers of the front door may present a certificate or not; one
-	// that is presented must chain to the CA.
-	g.grpc = grpc.NewServer(append(cfg.TLS.ServerOptions(tls.VerifyClientCertIfGiven),
+	// Callers of the front door present a certificate of the CA, unless
+	// anonymous callers are let in; one that is presented must chain to
+	// the CA either way.
+	clientAuth := tls.RequireAndVerifyClientCert
+	if cfg.AllowAnonymous {
+		clientAuth = tls.VerifyClientCertIfGiven
+	}
+	g.grpc = grpc.NewServer(slices.Concat(cfg.TLS.ServerOptions(clientAuth), cfg.ServerLimits.ServerOptions(), []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(verify.MaxRequestSize),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
-	)...)
+	})...)
 	verifyv1.RegisterVerifyServiceServer(g.grpc, g)
 	healthpb.RegisterHealthServer(g.grpc, g.health)
 	reflection.Register(g.grpc)
@@ -286,7 +298,7 @@ func (g *Gateway) Serve(ctx context.Context, lis, mlis net.Listener) error {
 	defer g.Close()
 	grp, gctx := errgroup.WithContext(ctx)
 	grp.Go(func() error {
-		if err := g.grpc.Serve(lis); err != nil {
+		if err := g.grpc.Serve(g.cfg.ServerLimits.Listener(lis)); err != nil {
 			return fmt.Errorf("gateway: serve: %w", err)
 		}
 		return nil

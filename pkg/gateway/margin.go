@@ -45,7 +45,7 @@ func newMarginGauges(reg prometheus.Registerer) marginGauges {
 		margin: g(wellknown.MetricGatewayMargin,
 			"1 − (load the callers would offer after a trigger that failed every attempt) ÷ capacity: above 0 the fleet returns by itself, at or below 0 its callers' retries can hold it congested (package metastable). NaN while the capacity is unknown."),
 		offered:  g(wellknown.MetricGatewayMarginOffered, "First attempts per second over the last 10 s, as the margin counts them."),
-		capacity: g(wellknown.MetricGatewayMarginCapacity, "Verifications per second the serving verifiers can answer: workers ÷ median service time, summed."),
+		capacity: g(wellknown.MetricGatewayMarginCapacity, "Verifications per second the serving verifiers can answer: workers ÷ service time (the median of the last 10 s, weighted by each call's expected cost), summed."),
 		load:     g(wellknown.MetricGatewayMarginCongestedAt, "Attempts per second the callers would settle at after a trigger (the congested fixed point, or the first attempts when there is none)."),
 	}
 	reg.MustRegister(m.margin, m.offered, m.capacity, m.load)

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
 
 	"github.com/leveehq/levee/pkg/admission"
 	"github.com/leveehq/levee/pkg/callmeta"
@@ -67,6 +68,9 @@ func (m *metrics) forClass(p callmeta.Priority, retry bool) *classMetrics {
 type metrics struct {
 	class   [nPriorities][nAttempts]classMetrics
 	invalid prometheus.Counter
+	// withheld counts the verifiers' answers whose details the caller was
+	// not told (Gateway.forCaller), by code.
+	withheld *prometheus.CounterVec
 
 	fleetRetries   prometheus.Counter
 	fleetNoBudget  prometheus.Counter
@@ -102,6 +106,10 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 			Name: "levee_gateway_invalid_total",
 			Help: "Requests refused at the edge as bad input (INVALID_ARGUMENT).",
 		}),
+		withheld: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "levee_gateway_details_withheld_total",
+			Help: "Verifier answers passed to the caller with a generic message, by code: the details (a pepper key id, a memory budget, a cost estimate) are the operator's, at debug level in the log.",
+		}, []string{"code"}),
 		fleetRetries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: wellknown.MetricGatewayFleetRetries,
 			Help: "Hops retried on another verifier with a token from the fleet-wide budget.",
@@ -164,7 +172,10 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
 			func() float64 { return f(g.limiter.Snapshot()) })
 	}
-	reg.MustRegister(admitted, goodput, late, failed, refused, m.invalid, m.fleetRetries, m.fleetNoBudget,
+	for _, c := range []codes.Code{codes.FailedPrecondition, codes.DeadlineExceeded, codes.Internal} {
+		m.withheld.WithLabelValues(c.String())
+	}
+	reg.MustRegister(admitted, goodput, late, failed, refused, m.invalid, m.withheld, m.fleetRetries, m.fleetNoBudget,
 		m.verifierWait, m.forwardLatency, m.retryRatio, m.configErrors, m.autoEngaged, m.autoActions, m.autoFlushed,
 		lim(wellknown.MetricGatewayLimit, "Effective concurrency limit: min(adaptive, ceiling, clamp, autopilot clamp).",
 			func(s admission.Snapshot) float64 { return float64(s.Limit) }),

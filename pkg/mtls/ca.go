@@ -71,6 +71,10 @@ type Leaf struct {
 	Server, Client bool
 	// Roles are granted as urn:levee:role: URIs (RoleAdmin, ...).
 	Roles []string
+	// Tenant, when set, makes the holder a caller of the gateway on behalf
+	// of that tenant (urn:levee:tenant:), and Priority the highest priority
+	// it may ask for (urn:levee:priority:; empty: the gateway's default).
+	Tenant, Priority string
 	// ValidFor is how long from now (minus an hour of clock skew) it is valid.
 	ValidFor time.Duration
 }
@@ -97,6 +101,12 @@ func (ca *CA) Issue(l Leaf, now time.Time) (certPEM, keyPEM []byte, err error) {
 	var uris []*url.URL
 	for _, r := range l.Roles {
 		uris = append(uris, Role(r))
+	}
+	if l.Tenant != "" {
+		uris = append(uris, Tenant(l.Tenant))
+	}
+	if l.Priority != "" {
+		uris = append(uris, Priority(l.Priority))
 	}
 	notAfter := now.Add(l.ValidFor)
 	if notAfter.After(ca.cert.NotAfter) {

@@ -1,6 +1,7 @@
 package mtls
 
 import (
+	"bytes"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -22,29 +24,38 @@ const (
 	// IdentityAdmin is the operator's: the admin role (settings writes, the
 	// capacity knob), and the identity of the command-line tools.
 	IdentityAdmin = "admin"
-	// IdentityClient is a caller of the gateway that presents a
-	// certificate (optional there).
+	// IdentityClient is a caller of the gateway: tenant "default", at
+	// most interactive priority, and a budget client of its own retries.
 	IdentityClient = "client"
+	// IdentityFrontend is a front end that serves many applications (an
+	// identity provider's): it names each call's tenant and may ask for
+	// any priority. The lab drives the fleet with it.
+	IdentityFrontend = "frontend"
 )
+
+// DefaultTenant is the tenant of the development set's client identity.
+const DefaultTenant = "default"
 
 // devIdentity is one certificate of a development set.
 type devIdentity struct {
 	name string
 	// dns are the names its servers answer to (the compose services).
-	dns            []string
-	server, client bool
-	roles          []string
+	dns              []string
+	server, client   bool
+	roles            []string
+	tenant, priority string
 }
 
 // devIdentities: one per kind of component, naming every replica of the
 // compose fleet, and two for people and programs that call the fleet.
 var devIdentities = []devIdentity{
 	{name: IdentityEtcd, dns: []string{"etcd1", "etcd2", "etcd3"}, server: true, client: true},
-	{name: IdentityBudgetd, dns: []string{"budgetd1", "budgetd2"}, server: true, client: true},
+	{name: IdentityBudgetd, dns: []string{"budgetd1", "budgetd2"}, server: true, client: true, roles: []string{RoleBudgetd}},
 	{name: IdentityVerifier, dns: []string{"verifier1", "verifier2", "verifier3"}, server: true, client: true},
-	{name: IdentityGateway, dns: []string{"gateway"}, server: true, client: true},
+	{name: IdentityGateway, dns: []string{"gateway"}, server: true, client: true, roles: []string{RoleGateway, RoleBudget}},
 	{name: IdentityAdmin, client: true, roles: []string{RoleAdmin}},
-	{name: IdentityClient, client: true},
+	{name: IdentityClient, client: true, roles: []string{RoleBudget}, tenant: DefaultTenant, priority: "interactive"},
+	{name: IdentityFrontend, client: true, roles: []string{RoleFrontend, RoleBudget}, tenant: IdentityFrontend, priority: "critical"},
 }
 
 // DevelopmentNames are the identities WriteDevelopmentSet writes, in order.
@@ -69,7 +80,21 @@ type DevelopmentSet struct {
 	// Force replaces a set already in Dir; without it WriteDevelopmentSet
 	// refuses to touch one.
 	Force bool
+	// Callers are more callers of the gateway, one certificate each
+	// (CallerName: tenant-NAME.crt, .key), beside the set's own.
+	Callers []Caller
 }
+
+// Caller is a caller of the gateway a development set issues a
+// certificate to: a tenant, the highest priority it may ask for (a
+// callmeta wire name; empty: the gateway's default, interactive), and the
+// budget role, so that its client library can lease retry tokens.
+type Caller struct {
+	Tenant, Priority string
+}
+
+// CallerName is the identity name (file name) of caller c's certificate.
+func (c Caller) CallerName() string { return "tenant-" + c.Tenant }
 
 // ErrSetExists is WriteDevelopmentSet's error when Dir holds a set and Force
 // is not given.
@@ -107,8 +132,13 @@ func (ca *CA) WriteSet(d DevelopmentSet, now time.Time) error {
 			}
 		}
 	}
-	for _, id := range devIdentities {
-		leaf := Leaf{Name: id.name, Server: id.server, Client: id.client, Roles: id.roles, ValidFor: d.ValidFor}
+	ids := slices.Clone(devIdentities)
+	for _, c := range d.Callers {
+		ids = append(ids, devIdentity{name: c.CallerName(), client: true, roles: []string{RoleBudget}, tenant: c.Tenant, priority: c.Priority})
+	}
+	for _, id := range ids {
+		leaf := Leaf{Name: id.name, Server: id.server, Client: id.client, Roles: id.roles,
+			Tenant: id.tenant, Priority: id.priority, ValidFor: d.ValidFor}
 		if id.server {
 			leaf.DNS = slices.Concat([]string{"localhost"}, id.dns, d.DNS)
 			leaf.IPs = slices.Concat([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, d.IPs)
@@ -165,4 +195,32 @@ func UsableDevelopmentSet(dir string, now time.Time) bool {
 		}
 	}
 	return true
+}
+
+// Export copies one identity of the set in dir (ca.crt, name.crt, name.key)
+// into to, and nothing else, so that a component can be given its own key
+// alone (the compose fleet mounts one such directory per component). Each
+// file is written to a temporary name and renamed, with the set's modes
+// (the key 0600), and is replaced when it differs: a component reloads it
+// without a restart. An identity the set does not hold is an error.
+func Export(dir, name, to string) error {
+	if name == "" || strings.ContainsAny(name, `/\`) || name == "." || name == ".." {
+		return fmt.Errorf("mtls: export: %q is not an identity name", name)
+	}
+	for _, f := range []struct {
+		file string
+		mode os.FileMode
+	}{{"ca.crt", 0o644}, {name + ".crt", 0o644}, {name + ".key", 0o600}} {
+		data, err := os.ReadFile(filepath.Join(dir, f.file))
+		if err != nil {
+			return fmt.Errorf("mtls: export %s: %w", name, err)
+		}
+		if old, err := os.ReadFile(filepath.Join(to, f.file)); err == nil && bytes.Equal(old, data) {
+			continue
+		}
+		if err := writeAtomic(filepath.Join(to, f.file), data, f.mode); err != nil {
+			return fmt.Errorf("mtls: export %s: %w", name, err)
+		}
+	}
+	return nil
 }

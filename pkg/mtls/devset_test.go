@@ -41,10 +41,14 @@ func TestDevelopmentSet(t *testing.T) {
 		for _, u := range leaf.URIs {
 			roles = append(roles, u.String())
 		}
-		want := []string(nil)
-		if id.name == IdentityAdmin {
-			want = []string{"urn:levee:role:admin"}
-		}
+		want := map[string][]string{
+			IdentityBudgetd: {"urn:levee:role:budgetd"},
+			IdentityGateway: {"urn:levee:role:gateway", "urn:levee:role:budget"},
+			IdentityAdmin:   {"urn:levee:role:admin"},
+			IdentityClient:  {"urn:levee:role:budget", "urn:levee:tenant:default", "urn:levee:priority:interactive"},
+			IdentityFrontend: {"urn:levee:role:frontend", "urn:levee:role:budget", "urn:levee:tenant:frontend",
+				"urn:levee:priority:critical"},
+		}[id.name]
 		if !slices.Equal(roles, want) {
 			t.Errorf("%s: role URIs %v, want %v", id.name, roles, want)
 		}
@@ -111,5 +115,39 @@ func TestEnsureDevelopmentSet(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(filepath.Join(own, "ca.crt")); string(got) != string(ownCA) {
 		t.Errorf("another CA's ca.crt was replaced")
+	}
+}
+
+// Export gives a component its own identity alone: the CA, its certificate
+// and its key (0600), no other file of the set.
+func TestExportCopiesOneIdentityAlone(t *testing.T) {
+	dir, to := t.TempDir(), t.TempDir()
+	if err := WriteDevelopmentSet(DevelopmentSet{Dir: dir, ValidFor: time.Hour}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := Export(dir, IdentityGateway, to); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, []string{"ca.crt", "gateway.crt", "gateway.key"}) {
+		t.Errorf("exported %v, want ca.crt, gateway.crt, gateway.key", names)
+	}
+	if fi, err := os.Stat(filepath.Join(to, "gateway.key")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("gateway.key: %v, want mode 0600", err)
+	}
+	if _, err := (Settings{Dir: to}).Load(IdentityGateway, Options{}); err != nil {
+		t.Errorf("the exported identity does not load: %v", err)
+	}
+	for _, bad := range []string{"missing", "../ca", ""} {
+		if err := Export(dir, bad, to); err == nil {
+			t.Errorf("Export of %q: no error", bad)
+		}
 	}
 }

@@ -42,6 +42,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/credentials"
 )
 
@@ -139,7 +140,7 @@ func Load(f Files, o Options) (*Source, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	m, err := load(f)
+	m, err := load(f, s.now())
 	if err != nil {
 		return nil, err
 	}
@@ -182,11 +183,17 @@ func (s *Source) current() *material {
 	s.checked.Store(now.UnixNano())
 	st, err := stamps(s.files)
 	if err == nil && st == m.stamp {
+		// The files are the ones served (a refused rotation rolled back):
+		// nothing is failing any more.
+		if s.lastErr.Load() != nil {
+			s.lastErr.Store(nil)
+			s.failed = [3]fileStamp{}
+		}
 		return m
 	}
 	if err == nil {
 		var next *material
-		if next, err = load(s.files); err == nil {
+		if next, err = load(s.files, now); err == nil {
 			s.cur.Store(next)
 			s.reloads.Add(1)
 			s.lastErr.Store(nil)
@@ -239,7 +246,12 @@ func readPEM(what, path string) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-func load(f Files) (*material, error) {
+// ErrNotValidNow is load's error (wrapped) for a certificate that has
+// expired or is not valid yet: served, it would fail every handshake, so it
+// is refused at start and at reload (where the previous one keeps serving).
+var ErrNotValidNow = errors.New("certificate not valid now")
+
+func load(f Files, now time.Time) (*material, error) {
 	// The stamps are taken first: a file replaced while it is read is seen
 	// as changed again at the next look.
 	st, err := stamps(f)
@@ -266,6 +278,14 @@ func load(f Files) (*material, error) {
 	if err != nil {
 		// X509KeyPair's errors name no key material.
 		return nil, fmt.Errorf("mtls: certificate %s with key %s: %w", f.Cert, f.Key, err)
+	}
+	switch leaf := cert.Leaf; {
+	case now.After(leaf.NotAfter):
+		return nil, fmt.Errorf("mtls: certificate %s (%s) expired at %s: %w", f.Cert, leaf.Subject.CommonName,
+			leaf.NotAfter.UTC().Format(time.RFC3339), ErrNotValidNow)
+	case now.Before(leaf.NotBefore):
+		return nil, fmt.Errorf("mtls: certificate %s (%s) is not valid until %s: %w", f.Cert, leaf.Subject.CommonName,
+			leaf.NotBefore.UTC().Format(time.RFC3339), ErrNotValidNow)
 	}
 	return &material{cert: cert, leaf: cert.Leaf, pool: pool, stamp: st}, nil
 }
@@ -352,4 +372,38 @@ func (c *clientCreds) Clone() credentials.TransportCredentials {
 func (c *clientCreds) OverrideServerName(name string) error {
 	c.name = name
 	return nil
+}
+
+// Collectors are the metrics of s, for a component's registry:
+//
+//	levee_tls_certificate_expiry_timestamp_seconds  when the served certificate expires (Unix seconds)
+//	levee_tls_reloads_total                          rotations picked up from disk
+//	levee_tls_reload_failures_total                  rotations refused (each set of files once)
+//	levee_tls_reload_failing                         1 while the newest files on disk are refused
+//
+// deploy/prometheus/levee-rules.yml alerts 30 days before the expiry and
+// while a reload fails. A nil s (plaintext) has none.
+func (s *Source) Collectors() []prometheus.Collector {
+	if s == nil {
+		return nil
+	}
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "levee_tls_certificate_expiry_timestamp_seconds",
+			Help: "When the certificate this component serves and presents expires, in Unix seconds."},
+			func() float64 { return float64(s.Leaf().NotAfter.Unix()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "levee_tls_reloads_total",
+			Help: "Certificate rotations picked up from disk without a restart."},
+			func() float64 { return float64(s.Reloads()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "levee_tls_reload_failures_total",
+			Help: "Certificate rotations on disk that could not be loaded (unreadable, mismatched, expired or not yet valid); the previous certificate keeps serving."},
+			func() float64 { return float64(s.Failures()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "levee_tls_reload_failing",
+			Help: "1 while the newest certificate files on disk are refused, 0 otherwise."},
+			func() float64 {
+				if s.Err() != nil {
+					return 1
+				}
+				return 0
+			}),
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -319,23 +320,85 @@ func TestExpiredCertificateRefused(t *testing.T) {
 	if err := errors.Join(os.WriteFile(f.Cert, certPEM, 0o644), os.WriteFile(f.Key, keyPEM, 0o600)); err != nil {
 		t.Fatal(err)
 	}
-	expired := loadSource(t, f, Options{})
+	// Not loaded now...
+	if _, err := Load(f, Options{}); !errors.Is(err, ErrNotValidNow) || !strings.Contains(err.Error(), "expired") {
+		t.Errorf("Load of an expired certificate: %v, want ErrNotValidNow saying it expired", err)
+	}
+	// ...and refused by a server when presented (loaded on a clock of an
+	// hour and a half ago, when it was valid).
+	expired := loadSource(t, f, Options{Now: func() time.Time { return time.Now().Add(-90 * time.Minute) }})
 	if err := check(t, addr, expired.ClientCredentials("")); status.Code(err) != codes.Unavailable {
 		t.Fatalf("an expired client certificate: got %v, want refused", err)
 	}
 }
 
-func TestAuthorize(t *testing.T) {
+// A certificate not valid yet is refused at load, and a rotation to an
+// expired or not-yet-valid one is refused at reload: the previous one keeps
+// serving, the failure is counted and exported.
+func TestCertificateNotValidNowRefusedAtLoadAndReload(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t, "fleet CA")
+	early := write(t, ca, mkdir(t, dir, "early"), "verifier", serverLeaf())
+	certPEM, keyPEM, err := ca.Issue(serverLeaf(), time.Now().Add(3*time.Hour)) // valid from 2 h from now
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(os.WriteFile(early.Cert, certPEM, 0o644), os.WriteFile(early.Key, keyPEM, 0o600)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(early, Options{}); !errors.Is(err, ErrNotValidNow) || !strings.Contains(err.Error(), "not valid until") {
+		t.Errorf("Load of a certificate valid from 2 h from now: %v, want ErrNotValidNow", err)
+	}
+
+	clk := &fakeClock{t: time.Now()}
+	files := write(t, ca, mkdir(t, dir, "rot"), "verifier", serverLeaf())
+	src := loadSource(t, files, Options{Now: clk.Now})
+	first := src.Leaf().SerialNumber
+	// Rotated to a certificate that expired an hour ago.
+	certPEM, keyPEM, err = ca.Issue(serverLeaf(), time.Now().Add(-2*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(os.WriteFile(files.Cert, certPEM, 0o644), os.WriteFile(files.Key, keyPEM, 0o600)); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(1100 * time.Millisecond)
+	if got := src.Leaf().SerialNumber; got.Cmp(first) != 0 {
+		t.Errorf("serving serial %v after an expired rotation, want still %v", got, first)
+	}
+	if src.Failures() != 1 || !errors.Is(src.Err(), ErrNotValidNow) {
+		t.Errorf("failures %d, err %v; want 1 and ErrNotValidNow", src.Failures(), src.Err())
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(src.Collectors()...)
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		m := mf.GetMetric()[0]
+		got[mf.GetName()] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+	}
+	if got["levee_tls_reload_failing"] != 1 || got["levee_tls_reload_failures_total"] != 1 ||
+		got["levee_tls_certificate_expiry_timestamp_seconds"] != float64(src.Leaf().NotAfter.Unix()) {
+		t.Errorf("metrics %v; want failing 1, failures 1, the served certificate's expiry", got)
+	}
+}
+
+func TestPolicy(t *testing.T) {
 	dir := t.TempDir()
 	ca := newCA(t, "fleet CA")
 	srv := loadSource(t, write(t, ca, mkdir(t, dir, "srv"), "verifier", serverLeaf()), Options{})
-	unary, stream := Authorize(RoleAdmin, healthpb.Health_Check_FullMethodName)
+	guarded := Policy{Methods: map[string][]string{healthpb.Health_Check_FullMethodName: {RoleAdmin, RoleRead}}}
+	unary, stream := guarded.Interceptors()
 	// Client certificates optional, as on a public port: the interceptor
 	// tells a caller without one from one without the role.
 	addr := serve(t, srv, tls.VerifyClientCertIfGiven, grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
 
 	admin := loadSource(t, write(t, ca, mkdir(t, dir, "admin"), "admin", clientLeaf(RoleAdmin)), Options{})
-	plain := loadSource(t, write(t, ca, mkdir(t, dir, "plain"), "gateway", clientLeaf("reader")), Options{})
+	reader := loadSource(t, write(t, ca, mkdir(t, dir, "reader"), "reader", clientLeaf(RoleRead)), Options{})
+	other := loadSource(t, write(t, ca, mkdir(t, dir, "other"), "gateway", clientLeaf(RoleGateway)), Options{})
 	noCert := credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool(t, srv.files.CA)})
 
 	for _, tc := range []struct {
@@ -344,7 +407,8 @@ func TestAuthorize(t *testing.T) {
 		want  codes.Code
 	}{
 		{"the admin role", admin.ClientCredentials(""), codes.OK},
-		{"a certificate without it", plain.ClientCredentials(""), codes.PermissionDenied},
+		{"the read role", reader.ClientCredentials(""), codes.OK},
+		{"a certificate with neither", other.ClientCredentials(""), codes.PermissionDenied},
 		{"no client certificate", noCert, codes.Unauthenticated},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -353,26 +417,57 @@ func TestAuthorize(t *testing.T) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
 			if tc.want != codes.OK && !strings.Contains(status.Convert(err).Message(), `"admin"`) {
-				t.Errorf("message %q does not name the role", status.Convert(err).Message())
+				t.Errorf("message %q does not name the roles", status.Convert(err).Message())
 			}
 		})
 	}
 
-	// An unguarded method (the health Watch stream) passes without a
-	// certificate.
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(noCert))
-	if err != nil {
+	watch := func(addr string, creds credentials.TransportCredentials) error {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		w, err := healthpb.NewHealthClient(cc).Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err == nil {
+			_, err = w.Recv()
+		}
+		return err
+	}
+	// A method the policy does not name is closed, even to the admin.
+	if err := watch(addr, admin.ClientCredentials("")); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a method the policy does not name: %v, want PERMISSION_DENIED", err)
+	}
+	// An open service passes without a certificate.
+	open := Policy{Open: OpenServices}
+	unary, stream = open.Interceptors()
+	openAddr := serve(t, srv, tls.VerifyClientCertIfGiven, grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
+	if err := watch(openAddr, noCert); err != nil {
+		t.Errorf("an open service without a certificate: %v", err)
+	}
+}
+
+func TestPeerOfReadsTheCertificate(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t, "fleet CA")
+	srv := loadSource(t, write(t, ca, mkdir(t, dir, "srv"), "verifier", serverLeaf()), Options{})
+	got := make(chan Peer, 1)
+	unary := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		p, _ := PeerOf(ctx)
+		got <- p
+		return handler(ctx, req)
+	}
+	addr := serve(t, srv, tls.RequireAndVerifyClientCert, grpc.ChainUnaryInterceptor(unary))
+	caller := loadSource(t, write(t, ca, mkdir(t, dir, "app"), "app-7",
+		Leaf{Name: "app-7", Client: true, Roles: []string{RoleBudget}, Tenant: "shop", Priority: "batch", ValidFor: time.Hour}), Options{})
+	if err := check(t, addr, caller.ClientCredentials("")); err != nil {
 		t.Fatal(err)
 	}
-	defer cc.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	w, err := healthpb.NewHealthClient(cc).Watch(ctx, &healthpb.HealthCheckRequest{})
-	if err == nil {
-		_, err = w.Recv()
-	}
-	if err != nil {
-		t.Fatalf("unguarded Watch without a certificate: %v", err)
+	p := <-got
+	if p.Name != "app-7" || p.Tenant != "shop" || p.Priority != "batch" || !p.Has(RoleBudget) || p.Has(RoleAdmin) {
+		t.Errorf("PeerOf = %+v, want app-7, tenant shop, priority batch, role budget only", p)
 	}
 }
 

@@ -16,10 +16,12 @@ import (
 	"github.com/leveehq/levee/pkg/callmeta"
 )
 
-// Refusals on arrival: the call ends at once, is never hashed and is counted
-// with reason arrival. Overload refusals (RESOURCE_EXHAUSTED) carry
-// grpc-retry-pushback-ms: -1; a deadline that cannot cover even one hash is
-// DEADLINE_EXCEEDED naming both durations.
+// Refusals on arrival: the call ends at once and is never hashed. The
+// node's own bounds (queue full, projected wait past MaxQueueWait) are
+// overload: RESOURCE_EXHAUSTED with grpc-retry-pushback-ms: -1, reason
+// arrival. A deadline this node cannot meet (too short for one hash, or for
+// the queue ahead plus the hash) is the caller's: DEADLINE_EXCEEDED without
+// pushback, reason deadline.
 func TestRefusedOnArrival(t *testing.T) {
 	const aheadCost = 5 * time.Second
 	tests := []struct {
@@ -33,17 +35,21 @@ func TestRefusedOnArrival(t *testing.T) {
 		wantCode     codes.Code
 		wantMsg      *regexp.Regexp
 		wantPushback []string
+		wantReason   string // the drop's reason label
 	}{
 		{
 			name: "deadline shorter than the projected queue wait",
 			ahead: func(h *harness, ctx context.Context) func() error {
 				return h.goVerify(ctx, "ahead", h.costlyHash(aheadCost))
 			},
-			call:         hashCall,
-			timeout:      time.Second, // covers the hash itself, not the wait
-			wantCode:     codes.ResourceExhausted,
-			wantMsg:      regexp.MustCompile(`projected queue wait would overrun the deadline; do not retry`),
-			wantPushback: []string{"-1"},
+			call:    hashCall,
+			timeout: time.Second, // covers the hash itself, not the wait
+			// This caller's deadline, not the node's bound: not overload,
+			// so no pushback (a less busy node may meet it).
+			wantCode:     codes.DeadlineExceeded,
+			wantMsg:      regexp.MustCompile(`projected queue wait plus the expected hash time would overrun this call's deadline; not queued`),
+			wantPushback: nil,
+			wantReason:   reasonDeadline,
 		},
 		{
 			name: "projected queue wait over MaxQueueWait",
@@ -56,6 +62,7 @@ func TestRefusedOnArrival(t *testing.T) {
 			wantCode:     codes.ResourceExhausted,
 			wantMsg:      regexp.MustCompile(`projected queue wait exceeds the maximum; do not retry`),
 			wantPushback: []string{"-1"},
+			wantReason:   reasonArrival,
 		},
 		{
 			name: "queue full",
@@ -68,6 +75,7 @@ func TestRefusedOnArrival(t *testing.T) {
 			wantCode:     codes.ResourceExhausted,
 			wantMsg:      regexp.MustCompile(`queue full; do not retry`),
 			wantPushback: []string{"-1"},
+			wantReason:   reasonArrival,
 		},
 		{
 			name: "deadline shorter than one hash on an empty queue",
@@ -83,6 +91,7 @@ func TestRefusedOnArrival(t *testing.T) {
 			wantMsg: regexp.MustCompile(`^remaining deadline (\d+(\.\d+)?m?s) is shorter than the expected ` +
 				`argon2id time (\d+(\.\d+)?s)$`),
 			wantPushback: nil, // a deadline problem, not overload: retrying elsewhere may work
+			wantReason:   reasonDeadline,
 		},
 	}
 	for _, tt := range tests {
@@ -150,7 +159,7 @@ func TestRefusedOnArrival(t *testing.T) {
 			if got := h.hashCount(); got != float64(len(wantHashed)) {
 				t.Errorf("levee_verifier_hashes_total = %v, want %d", got, len(wantHashed))
 			}
-			if diff := cmp.Diff(map[string]float64{reasonArrival: 1}, h.dropped()); diff != "" {
+			if diff := cmp.Diff(map[string]float64{tt.wantReason: 1}, h.dropped()); diff != "" {
 				t.Errorf("dropped_total by reason (-want +got):\n%s", diff)
 			}
 		})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/leveehq/levee/internal/serving"
 	"github.com/leveehq/levee/pkg/bytesize"
 	"github.com/leveehq/levee/pkg/deadline"
 	"github.com/leveehq/levee/pkg/mtls"
@@ -93,11 +94,15 @@ type Config struct {
 	// production.
 	Unguarded bool
 
+	// ServerLimits bound what one peer can make the server hold (connections,
+	// streams, headers, handshake time, connection lifetime).
+	ServerLimits serving.Limits
+
 	// TLS is the node's identity: it serves mutual TLS with it (a caller
 	// must present a certificate of the same CA), presents it to etcd, and
-	// SetCapacity then demands the admin role (mtls.RoleAdmin) of the
-	// caller's certificate. Nil is plaintext (-insecure), where the knob is
-	// guarded by EnableCapacityKnob alone: a trusted network only.
+	// serves each method only to the roles Policy names. Nil is plaintext
+	// (-insecure), a trusted network only: no caller is authorised, the
+	// knob included (EnableCapacityKnob alone guards it).
 	TLS *mtls.Source
 
 	// Logger receives operational logs; nil means slog.Default().
@@ -111,6 +116,7 @@ type Config struct {
 // DefaultConfig returns the production defaults.
 func DefaultConfig() Config {
 	return Config{
+		ServerLimits:  serving.DefaultLimits(),
 		ListenAddr:    wellknown.LoopbackAddr(wellknown.VerifierPort),
 		MetricsAddr:   wellknown.LoopbackAddr(wellknown.VerifierPort + wellknown.MetricsOffset),
 		Workers:       runtime.GOMAXPROCS(0),
@@ -131,6 +137,9 @@ func DefaultConfig() Config {
 // Validate reports every invalid field.
 func (c Config) Validate() error {
 	var errs []error
+	if err := c.ServerLimits.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("ServerLimits: %w", err))
+	}
 	if c.Workers < 1 {
 		errs = append(errs, fmt.Errorf("Workers must be at least 1, got %d", c.Workers))
 	}

@@ -145,8 +145,8 @@ func (s *Server) runCost(ctx context.Context, rpc string, h *verify.Hash, cost t
 	// handler asked for its recorder: admitted calls only, so that the shed
 	// path builds no report (out-of-band reports still carry the load).
 	orca.CallMetricsRecorderFromContext(ctx)
-	_ = grpc.SetTrailer(ctx, callmeta.Served{QueueWait: res.Wait, Service: res.Service, Workers: s.slots(),
-		MaxQueueWait: s.queueBound()}.Trailer())
+	_ = grpc.SetTrailer(ctx, callmeta.Served{QueueWait: res.Wait, Service: res.Service, Expected: cost,
+		Workers: s.slots(), MaxQueueWait: s.queueBound()}.Trailer())
 	s.metrics.queueWait.WithLabelValues(rpc).Observe(res.Wait.Seconds())
 	s.metrics.service.WithLabelValues(alg).Observe(res.Service.Seconds())
 	// Learn only from what measured the node's speed for a caller who
@@ -188,7 +188,7 @@ func (s *Server) queueBound() time.Duration {
 var (
 	errQueueFull      = status.Error(codes.ResourceExhausted, "verifier overloaded: queue full; do not retry")
 	errWaitTooLong    = status.Error(codes.ResourceExhausted, "verifier overloaded: projected queue wait exceeds the maximum; do not retry")
-	errWouldMiss      = status.Error(codes.ResourceExhausted, "verifier overloaded: projected queue wait would overrun the deadline; do not retry")
+	errWouldMiss      = status.Error(codes.DeadlineExceeded, "projected queue wait plus the expected hash time would overrun this call's deadline; not queued")
 	errDraining       = status.Error(codes.Unavailable, "verifier draining: send to another node")
 	errExpired        = status.Error(codes.DeadlineExceeded, "deadline too close to finish verification; dropped before hashing")
 	errCancelledQueue = status.Error(codes.Canceled, "caller cancelled while queued; not hashed")
@@ -205,10 +205,12 @@ func (s *Server) notRun(ctx context.Context, rpc string, h *verify.Hash, res wor
 	case errors.Is(err, workpool.ErrWaitTooLong):
 		st = errWaitTooLong
 	case errors.Is(err, workpool.ErrWouldMissDeadline):
-		st = errWouldMiss
+		// The caller's own deadline, not this node's bound: no pushback,
+		// and not overload (docs/verifier.md, "What an answer says").
+		return s.count(reasonDeadline, priority, errWouldMiss)
 	case errors.Is(err, workpool.ErrDeadlineTooShort):
 		remaining, _ := deadline.Remaining(ctx)
-		return s.count(reasonArrival, priority, status.Errorf(codes.DeadlineExceeded,
+		return s.count(reasonDeadline, priority, status.Errorf(codes.DeadlineExceeded,
 			"remaining deadline %v is shorter than the expected %s time %v", remaining.Round(time.Millisecond),
 			h.Algorithm, time.Duration(float64(s.model.Estimate(h))*s.pool.Stats().Slowdown).Round(time.Millisecond)))
 	case errors.Is(err, workpool.ErrTooBig):
@@ -224,12 +226,9 @@ func (s *Server) notRun(ctx context.Context, rpc string, h *verify.Hash, res wor
 		return s.count(reasonExpired, priority, errExpired)
 	case errors.Is(err, workpool.ErrCancelled):
 		s.metrics.queueWait.WithLabelValues(rpc).Observe(res.Wait.Seconds())
-		// A gRPC client resets the stream when its deadline passes, and the
-		// reset can arrive before the server's copy of the deadline fires
-		// (the copy is later by the request's transit time): a cancel within
-		// one hop's margin of the deadline is that deadline passing.
-		if remaining, ok := deadline.Remaining(ctx); errors.Is(ctx.Err(), context.DeadlineExceeded) ||
-			ok && remaining <= s.cfg.Deadline.Margin {
+		// A cancel within one hop's margin of the deadline is that deadline
+		// passing (deadline.Passed).
+		if deadline.Passed(ctx, s.cfg.Deadline.Margin) {
 			return s.count(reasonQueueExpired, priority, status.FromContextError(context.DeadlineExceeded).Err())
 		}
 		return s.count(reasonCancel, priority, errCancelledQueue)

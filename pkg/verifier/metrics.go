@@ -13,7 +13,8 @@ import (
 
 // Drop reasons: the bounded values of the reason label.
 const (
-	reasonArrival      = "arrival"         // refused before queueing
+	reasonArrival      = "arrival"         // refused before queueing: the node's own bound (overload)
+	reasonDeadline     = "deadline"        // refused before queueing: the caller's deadline cannot be met
 	reasonExpired      = "dequeue_expired" // dropped at dequeue: deadline too close
 	reasonQueueExpired = "queue_expired"   // deadline passed while queued
 	reasonCancel       = "cancelled"       // caller left while queued
@@ -65,7 +66,7 @@ func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *verify.Co
 		}, []string{"rpc"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: wellknown.MetricVerifierDropped,
-			Help: "Requests not hashed, by reason (arrival, dequeue_expired, queue_expired, cancelled, draining, over_memory) and priority.",
+			Help: "Requests not hashed, by reason (arrival, deadline, dequeue_expired, queue_expired, cancelled, draining, over_memory) and priority.",
 		}, []string{"reason", "priority"}),
 		hashes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "levee_verifier_hashes_total",
@@ -136,7 +137,7 @@ func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *verify.Co
 		m.service.WithLabelValues(a.String())
 		m.hashes.WithLabelValues(a.String())
 	}
-	for _, r := range []string{reasonArrival, reasonExpired, reasonQueueExpired, reasonCancel, reasonDraining, reasonTooBig} {
+	for _, r := range []string{reasonArrival, reasonDeadline, reasonExpired, reasonQueueExpired, reasonCancel, reasonDraining, reasonTooBig} {
 		for _, p := range []callmeta.Priority{callmeta.Critical, callmeta.Interactive, callmeta.Batch} {
 			m.dropped.WithLabelValues(r, p.String())
 		}

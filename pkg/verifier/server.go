@@ -7,12 +7,15 @@
 //     nothing proportional to the attacker's numbers is allocated (package
 //     verify checks every cap first).
 //   - Admission on arrival: when the projected queue wait (the expected cost
-//     of the queued work spread over the active workers) would exceed the
-//     caller's remaining deadline or MaxQueueWait, or the queue is full, the
-//     call ends at once with RESOURCE_EXHAUSTED and the trailer
+//     of the queued work spread over the active workers) would exceed
+//     MaxQueueWait, or the queue is full, the node is overloaded: the call
+//     ends at once with RESOURCE_EXHAUSTED and the trailer
 //     grpc-retry-pushback-ms: -1 ("overloaded, do not retry": only one layer
 //     of the fleet retries, and it is not the one in front of an overloaded
-//     node).
+//     node). When the wait plus the hash, or the hash alone, would overrun
+//     the caller's own deadline, the call ends at once with
+//     DEADLINE_EXCEEDED and no pushback: the caller's choice, not overload.
+//     docs/verifier.md ("What an answer says") is the whole contract.
 //   - At dequeue, a request whose remaining deadline is shorter than its
 //     expected service time is dropped without hashing (DEADLINE_EXCEEDED),
 //     and a caller who cancels while queued is removed and never hashed.
@@ -50,7 +53,6 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
@@ -60,7 +62,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/orca"
 	"google.golang.org/grpc/reflection"
 
@@ -173,6 +174,7 @@ func New(cfg Config) (*Server, error) {
 	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 		grpcprom.WithHistogramBuckets(latencyBuckets)))
 	s.reg.MustRegister(grpcMetrics)
+	s.reg.MustRegister(cfg.TLS.Collectors()...) // certificate expiry and reloads
 	unary := []grpc.UnaryServerInterceptor{grpcMetrics.UnaryServerInterceptor(), cfg.Deadline.UnaryServerInterceptor(),
 		callmeta.UnaryServerInterceptor()}
 	stream := []grpc.StreamServerInterceptor{grpcMetrics.StreamServerInterceptor(), cfg.Deadline.StreamServerInterceptor(),
@@ -184,19 +186,19 @@ func New(cfg Config) (*Server, error) {
 		stream = slices.Delete(stream, 1, 2)
 	}
 	if !cfg.TLS.Plaintext() {
-		u, st := mtls.Authorize(mtls.RoleAdmin, verifyv1.VerifierAdminService_SetCapacity_FullMethodName)
-		unary, stream = append(unary, u), append(stream, st)
+		// Before anything reads the call's metadata: a stranger is refused
+		// before the node spends a byte on it.
+		u, st := Policy().Interceptors()
+		unary, stream = append([]grpc.UnaryServerInterceptor{u}, unary...), append([]grpc.StreamServerInterceptor{st}, stream...)
 	}
-	s.grpc = grpc.NewServer(append(cfg.TLS.ServerOptions(tls.RequireAndVerifyClientCert),
+	// Gateways ping every connection (their ProbeInterval, 10 s at least)
+	// to find a hung verifier: cfg.ServerLimits.MinPingInterval must stay below.
+	s.grpc = grpc.NewServer(slices.Concat(cfg.TLS.ServerOptions(tls.RequireAndVerifyClientCert), cfg.ServerLimits.ServerOptions(), []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(verify.MaxRequestSize),
-		// Gateways ping every connection (their ProbeInterval, 10 s at
-		// least) to find a hung verifier; grpc's default policy would
-		// answer pings more often than every 5 minutes with GOAWAY.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 		orca.CallMetricsServerOption(s.load),
-	)...)
+	})...)
 	verifyv1.RegisterVerifyServiceServer(s.grpc, s)
 	verifyv1.RegisterVerifierAdminServiceServer(s.grpc, s.admin)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -209,6 +211,25 @@ func New(cfg Config) (*Server, error) {
 	s.setServing(false)
 	return s, nil
 }
+
+// Policy is who may call what on a verifier's port with TLS: Verify, Hash
+// and the load reports (ORCA) only the gateway, the capacity knob only the
+// admin; health and reflection anyone the handshake admitted (a
+// certificate of the fleet's CA); nothing else.
+func Policy() mtls.Policy {
+	gateway, admin := []string{mtls.RoleGateway}, []string{mtls.RoleAdmin}
+	return mtls.Policy{Methods: map[string][]string{
+		verifyv1.VerifyService_Verify_FullMethodName:             gateway,
+		verifyv1.VerifyService_Hash_FullMethodName:               gateway,
+		orcaStreamCoreMetrics:                                    gateway,
+		verifyv1.VerifierAdminService_SetCapacity_FullMethodName: admin,
+		verifyv1.VerifierAdminService_GetCapacity_FullMethodName: admin,
+	}, Open: mtls.OpenServices}
+}
+
+// orcaStreamCoreMetrics is the ORCA out-of-band load report stream
+// (xds.service.orca.v3), which orca.Register serves.
+const orcaStreamCoreMetrics = "/xds.service.orca.v3.OpenRcaService/StreamCoreMetrics"
 
 // Registry returns the registry holding the verifier's metrics.
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
@@ -258,7 +279,7 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if err := s.grpc.Serve(lis); err != nil {
+		if err := s.grpc.Serve(s.cfg.ServerLimits.Listener(lis)); err != nil {
 			return fmt.Errorf("verifier: serve: %w", err)
 		}
 		return nil

@@ -29,7 +29,7 @@ import (
 // problem, before anything is queued or hashed.
 func TestHostileInputRefusedBeforeHashing(t *testing.T) {
 	cfg := testConfig()
-	cfg.Limits = verify.DefaultLimits() // production caps: 256 MiB, t=16, bcrypt cost 14
+	cfg.Limits = verify.DefaultLimits() // production caps: 256 MiB, t=8, bcrypt cost 13
 	h := start(t, cfg)
 
 	salt := base64.RawStdEncoding.EncodeToString(make([]byte, 16))
@@ -47,7 +47,7 @@ func TestHostileInputRefusedBeforeHashing(t *testing.T) {
 		{"4 GiB of memory", argon("v=19", "m=4194304,t=1,p=1", salt, key), nil,
 			"memory m=4194304 KiB exceeds limit 262144 KiB"},
 		{"2^32 iterations", argon("v=19", "m=64,t=4294967296,p=1", salt, key), nil,
-			"iterations t=4294967296 exceeds limit 16"},
+			"iterations t=4294967296 exceeds limit 8"},
 		{"unknown parameter", argon("v=19", "m=64,t=1,p=1,x=1", salt, key), nil,
 			`unknown parameter "x"`},
 		{"bad base64 salt", argon("v=19", "m=64,t=1,p=1", "!!!!"+salt[4:], key), nil,
@@ -61,7 +61,7 @@ func TestHostileInputRefusedBeforeHashing(t *testing.T) {
 		{"password over the limit", argon("v=19", "m=64,t=1,p=1", salt, key), make([]byte, 4097),
 			"password too long: 4097 bytes exceeds limit 4096"},
 		{"bcrypt cost 31", bcryptCost31, nil,
-			"bcrypt: cost 31 exceeds limit 14"},
+			"bcrypt: cost 31 exceeds limit 13"},
 		{"unsupported algorithm", "$argon2d$v=19$m=64,t=1,p=1$" + salt + "$" + key, nil,
 			`unsupported algorithm "argon2d"`},
 		{"empty hash", "", nil,

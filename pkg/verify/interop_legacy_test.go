@@ -170,15 +170,15 @@ func TestLegacyHandBuiltHashChecked(t *testing.T) {
 		h    *Hash
 		want string
 	}{
-		{"pbkdf2 2^32-1 iterations", &Hash{Algorithm: PBKDF2SHA256, Rounds: 1<<32 - 1, Key: key32}, "pbkdf2-sha256: iterations 4294967295 outside 1..2000000"},
+		{"pbkdf2 2^32-1 iterations", &Hash{Algorithm: PBKDF2SHA256, Rounds: 1<<32 - 1, Key: key32}, "pbkdf2-sha256: iterations 4294967295 outside 1..1300000"},
 		{"pbkdf2 0 iterations", &Hash{Algorithm: PBKDF2SHA1, Key: key32[:20]}, "pbkdf2-sha1: iterations 0 outside"},
 		{"pbkdf2 short key", &Hash{Algorithm: PBKDF2SHA512, Rounds: 1, Key: key32}, "pbkdf2-sha512: key: 32 bytes is below minimum 64"},
 		{"pbkdf2 huge salt", &Hash{Algorithm: PBKDF2SHA256, Rounds: 1, Salt: make([]byte, 1<<20), Key: key32}, "salt: 1048576 bytes exceeds limit 64"},
-		{"scrypt ln=40", &Hash{Algorithm: Scrypt, Scrypt: ScryptParams{LogN: 40, R: 8, P: 1}, Key: key32}, "scrypt: parameter ln=40 exceeds limit 20"},
+		{"scrypt ln=40", &Hash{Algorithm: Scrypt, Scrypt: ScryptParams{LogN: 40, R: 8, P: 1}, Key: key32}, "scrypt: parameter ln=40 exceeds limit 18"},
 		{"scrypt r=2^31", &Hash{Algorithm: Scrypt, Scrypt: ScryptParams{LogN: 1, R: 1 << 31, P: 1}, Key: key32}, "scrypt: parameter r=2147483648 exceeds limit 32"},
 		{"scrypt zero", &Hash{Algorithm: Scrypt, Key: key32}, "scrypt: ln, r and p must each be at least 1"},
-		{"scrypt memory", &Hash{Algorithm: Scrypt, Scrypt: ScryptParams{LogN: 20, R: 32, P: 1}, Key: key32}, "scrypt: memory 128*r*N = 4194304 KiB exceeds limit 262144 KiB"},
-		{"sha-crypt 2^32-1 rounds", &Hash{Algorithm: SHA512Crypt, Rounds: 1<<32 - 1, Key: key64}, "sha512-crypt: rounds 4294967295 outside 1000..1000000"},
+		{"scrypt memory", &Hash{Algorithm: Scrypt, Scrypt: ScryptParams{LogN: 18, R: 32, P: 1}, Key: key32}, "scrypt: memory 128*r*N = 1048576 KiB exceeds limit 262144 KiB"},
+		{"sha-crypt 2^32-1 rounds", &Hash{Algorithm: SHA512Crypt, Rounds: 1<<32 - 1, Key: key64}, "sha512-crypt: rounds 4294967295 outside 1000..700000"},
 		{"sha-crypt long salt", &Hash{Algorithm: SHA256Crypt, Rounds: 5000, Salt: make([]byte, 17), Key: key32}, "sha256-crypt: salt: 17 bytes exceeds limit 16"},
 		{"sha-crypt short key", &Hash{Algorithm: SHA256Crypt, Rounds: 5000, Key: key32[:31]}, "sha256-crypt: key: 31 bytes is below minimum 32"},
 	} {
@@ -212,9 +212,9 @@ func legacyHostileTests() []struct{ name, in, want string } {
 	s5ck := "/LKlXd6vuvdFX3oWbf2vGk3DgflzzsvOtMZsiOxqqY5" // openssl passwd -5 -salt abc pw
 	return []struct{ name, in, want string }{
 		// PBKDF2, passlib.
-		{"pbkdf2 2^40 rounds", p256("1099511627776", salt, ck32), "pbkdf2-sha256: iterations 1099511627776 exceeds limit 2000000"},
-		{"pbkdf2 2^64 rounds", p256("18446744073709551616", salt, ck32), "pbkdf2-sha256: iterations 18446744073709551616 exceeds limit 2000000"},
-		{"pbkdf2 over cap", "$pbkdf2$2000001$" + salt + "$" + ck20, "pbkdf2-sha1: iterations 2000001 exceeds limit 2000000"},
+		{"pbkdf2 2^40 rounds", p256("1099511627776", salt, ck32), "pbkdf2-sha256: iterations 1099511627776 exceeds limit 1300000"},
+		{"pbkdf2 2^64 rounds", p256("18446744073709551616", salt, ck32), "pbkdf2-sha256: iterations 18446744073709551616 exceeds limit 1300000"},
+		{"pbkdf2 over cap", "$pbkdf2$1300001$" + salt + "$" + ck20, "pbkdf2-sha1: iterations 1300001 exceeds limit 1300000"},
 		{"pbkdf2 0 rounds", p256("0", salt, ck32), "pbkdf2-sha256: iterations 0 is below minimum 1"},
 		{"pbkdf2 leading zero", p256("029000", salt, ck32), `pbkdf2-sha256: iterations "029000": leading zero not allowed`},
 		{"pbkdf2 signed rounds", p256("-1", salt, ck32), `pbkdf2-sha256: iterations "-1": sign not allowed`},
@@ -233,7 +233,7 @@ func legacyHostileTests() []struct{ name, in, want string } {
 		{"pbkdf2 trailing garbage", p256("1000", salt, ck32) + "xyz", "pbkdf2-sha256: checksum: 34 bytes exceeds limit 32"},
 		{"pbkdf2 newline", p256("1000", salt, ck32) + "\n", "pbkdf2-sha256: checksum: illegal base64 character at offset 43"},
 		// PBKDF2, Django.
-		{"django 2^40 iterations", "pbkdf2_sha256$1099511627776$salt$" + dj[len(dj)-44:], "pbkdf2-sha256: iterations 1099511627776 exceeds limit 2000000"},
+		{"django 2^40 iterations", "pbkdf2_sha256$1099511627776$salt$" + dj[len(dj)-44:], "pbkdf2-sha256: iterations 1099511627776 exceeds limit 1300000"},
 		{"django empty salt", "pbkdf2_sha256$1000$$" + dj[len(dj)-44:], "pbkdf2-sha256: salt: 0 bytes is below minimum 1"},
 		{"django huge salt", "pbkdf2_sha256$1000$" + strings.Repeat("s", 65) + "$" + dj[len(dj)-44:], "pbkdf2-sha256: salt: 65 bytes exceeds limit 64"},
 		{"django salt with space", "pbkdf2_sha256$1000$a salt$" + dj[len(dj)-44:], "pbkdf2-sha256: salt: illegal character at offset 1"},
@@ -245,15 +245,15 @@ func legacyHostileTests() []struct{ name, in, want string } {
 		{"django trailing field", dj + "$", "pbkdf2-sha256: extra fields"},
 		{"django sha512", "pbkdf2_sha512$1000$salt$x", `missing leading "$"`},
 		// scrypt.
-		{"scrypt ln=40", sc("ln=40,r=8,p=1"), "scrypt: parameter ln=40 exceeds limit 20"},
-		{"scrypt ln=2^64", sc("ln=18446744073709551616,r=8,p=1"), "scrypt: parameter ln=18446744073709551616 exceeds limit 20"},
+		{"scrypt ln=40", sc("ln=40,r=8,p=1"), "scrypt: parameter ln=40 exceeds limit 18"},
+		{"scrypt ln=2^64", sc("ln=18446744073709551616,r=8,p=1"), "scrypt: parameter ln=18446744073709551616 exceeds limit 18"},
 		{"scrypt r=2^31", sc("ln=16,r=2147483648,p=1"), "scrypt: parameter r=2147483648 exceeds limit 32"},
 		{"scrypt p=2^32", sc("ln=16,r=8,p=4294967296"), "scrypt: parameter p=4294967296 exceeds limit 16"},
 		{"scrypt ln=0", sc("ln=0,r=8,p=1"), "scrypt: parameter ln=0 is below minimum 1"},
 		{"scrypt r=0", sc("ln=16,r=0,p=1"), "scrypt: parameter r=0 is below minimum 1"},
-		{"scrypt 4 GiB", sc("ln=20,r=32,p=1"), "scrypt: memory 128*r*N = 4194304 KiB exceeds limit 262144 KiB"},
-		{"scrypt 512 MiB", sc("ln=19,r=8,p=1"), "scrypt: memory 128*r*N = 524288 KiB exceeds limit 262144 KiB"},
-		{"scrypt work", sc("ln=18,r=8,p=16"), "scrypt: work N*r*p = 33554432 exceeds limit 4194304"},
+		{"scrypt 1 GiB", sc("ln=18,r=32,p=1"), "scrypt: memory 128*r*N = 1048576 KiB exceeds limit 262144 KiB"},
+		{"scrypt 512 MiB", sc("ln=18,r=16,p=1"), "scrypt: memory 128*r*N = 524288 KiB exceeds limit 262144 KiB"},
+		{"scrypt work", sc("ln=18,r=8,p=16"), "scrypt: work N*r*p = 33554432 exceeds limit 1048576"},
 		{"scrypt order", sc("r=8,ln=16,p=1"), `scrypt: malformed parameter "r=8" (want ln=)`},
 		{"scrypt missing p", sc("ln=16,r=8"), `scrypt: malformed parameters "ln=16,r=8" (want ln=,r=,p=)`},
 		{"scrypt extra parameter", sc("ln=16,r=8,p=1,x=1"), `scrypt: malformed parameters "ln=16,r=8,p=1,x=1"`},
@@ -264,8 +264,8 @@ func legacyHostileTests() []struct{ name, in, want string } {
 		{"scrypt missing fields", "$scrypt$ln=4,r=8,p=1$" + salt, "scrypt: missing fields"},
 		{"scrypt trailing field", sc("ln=4,r=8,p=1") + "$", "scrypt: extra fields"},
 		// SHA-crypt.
-		{"sha-crypt 2^40 rounds", "$6$rounds=1099511627776$saltsalt$" + s6ck, "sha512-crypt: rounds 1099511627776 exceeds limit 1000000"},
-		{"sha-crypt glibc max rounds", "$5$rounds=999999999$abc$" + s5ck, "sha256-crypt: rounds 999999999 exceeds limit 1000000"},
+		{"sha-crypt 2^40 rounds", "$6$rounds=1099511627776$saltsalt$" + s6ck, "sha512-crypt: rounds 1099511627776 exceeds limit 700000"},
+		{"sha-crypt glibc max rounds", "$5$rounds=999999999$abc$" + s5ck, "sha256-crypt: rounds 999999999 exceeds limit 700000"},
 		{"sha-crypt 999 rounds", "$6$rounds=999$saltsalt$" + s6ck, "sha512-crypt: rounds 999 is below minimum 1000"},
 		{"sha-crypt rounds word", "$6$rounds=many$saltsalt$" + s6ck, `sha512-crypt: rounds "many": not a decimal number`},
 		{"sha-crypt rounds only", "$6$rounds=5000", "sha512-crypt: missing fields: want $6$[rounds=<n>$]<salt>$<checksum>"},
@@ -292,7 +292,7 @@ func legacyHostileAllocTests() []struct{ name, in string } {
 		{"django 2^40 rounds", "pbkdf2_sha256$1099511627776$salt$EDGEpaDsm3wXkcq07lXUhA3LMXFevm0I63GMdKhC/Xo="},
 		{"scrypt ln=40", "$scrypt$ln=40,r=8,p=1$" + salt + "$" + ck32},
 		{"scrypt r=2^31", "$scrypt$ln=16,r=2147483648,p=1$" + salt + "$" + ck32},
-		{"scrypt 4 GiB", "$scrypt$ln=20,r=32,p=1$" + salt + "$" + ck32},
+		{"scrypt 1 GiB", "$scrypt$ln=18,r=32,p=1$" + salt + "$" + ck32},
 		{"scrypt megabyte input", "$scrypt$ln=16,r=8,p=1$" + strings.Repeat("A", 1<<20)},
 		{"sha-crypt 2^40 rounds", "$6$rounds=1099511627776$saltsalt$" + opensslSHA512[len(opensslSHA512)-86:]},
 		{"sha-crypt huge salt", "$5$" + strings.Repeat("s", 400) + "$x"},

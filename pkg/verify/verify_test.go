@@ -272,7 +272,7 @@ func TestVerifyRejectsHashOutsideLimits(t *testing.T) {
 		{"nil", nil, "nil hash"},
 		{"zero", &Hash{}, "unsupported algorithm"},
 		{"4 GiB", good(func(h *Hash) { h.Params.Memory = 4 << 20 }), "memory m=4194304 KiB exceeds limit 262144 KiB"},
-		{"2^32-1 iterations", good(func(h *Hash) { h.Params.Iterations = 1<<32 - 1 }), "iterations t=4294967295 exceeds limit 16"},
+		{"2^32-1 iterations", good(func(h *Hash) { h.Params.Iterations = 1<<32 - 1 }), "iterations t=4294967295 exceeds limit 8"},
 		{"255 threads", good(func(h *Hash) { h.Params.Parallelism = 255 }), "parallelism p=255 exceeds limit 16"},
 		{"t=0", good(func(h *Hash) { h.Params.Iterations = 0 }), "iterations t=0 is below minimum 1"},
 		{"m < 8p", good(func(h *Hash) { h.Params.Parallelism = 16 }), "memory m=64 KiB is below minimum 8*p=128 KiB"},
@@ -338,10 +338,10 @@ func TestWorkAndMemoryBytes(t *testing.T) {
 
 func TestDefaults(t *testing.T) {
 	wantLimits := Limits{
-		MaxEncodedLen: 512, MaxPasswordLen: 4096, MaxMemoryKiB: 262144, MaxIterations: 16, MaxParallelism: 16,
-		MinSaltLen: 8, MaxSaltLen: 64, MinKeyLen: 16, MaxKeyLen: 128, MaxBcryptCost: 14,
-		MaxPBKDF2Iterations: 2_000_000, MaxScryptLogN: 20, MaxScryptR: 32, MaxScryptP: 16, MaxScryptWork: 1 << 22,
-		MaxShaCryptRounds: 1_000_000, MaxShaCryptPasswordLen: 256,
+		MaxEncodedLen: 512, MaxPasswordLen: 4096, MaxMemoryKiB: 262144, MaxIterations: 8, MaxParallelism: 16,
+		MinSaltLen: 8, MaxSaltLen: 64, MinKeyLen: 16, MaxKeyLen: 128, MaxBcryptCost: 13,
+		MaxPBKDF2Iterations: 1_300_000, MaxScryptLogN: 18, MaxScryptR: 32, MaxScryptP: 16, MaxScryptWork: 1 << 20,
+		MaxShaCryptRounds: 700_000, MaxShaCryptPasswordLen: 256,
 	}
 	if diff := cmp.Diff(wantLimits, DefaultLimits()); diff != "" {
 		t.Errorf("DefaultLimits (-want +got):\n%s", diff)
@@ -415,7 +415,7 @@ func TestPolicyValidate(t *testing.T) {
 		{"parallelism 0", func(p *Policy, _ *Limits) { p.Params.Parallelism = 0 }, "Params.Parallelism 0 is below 1"},
 		{"parallelism over limit", func(p *Policy, _ *Limits) { p.Params.Parallelism = 17 }, "Params.Parallelism 17 exceeds Limits.MaxParallelism 16"},
 		{"iterations 0", func(p *Policy, _ *Limits) { p.Params.Iterations = 0 }, "Params.Iterations 0 is below 1"},
-		{"iterations over limit", func(p *Policy, _ *Limits) { p.Params.Iterations = 17 }, "Params.Iterations 17 exceeds Limits.MaxIterations 16"},
+		{"iterations over limit", func(p *Policy, _ *Limits) { p.Params.Iterations = 17 }, "Params.Iterations 17 exceeds Limits.MaxIterations 8"},
 		{"memory below 8p", func(p *Policy, _ *Limits) { p.Params.Memory = 31 }, "Params.Memory 31 KiB is below 8*Parallelism = 32 KiB"},
 		{"memory over limit", func(p *Policy, _ *Limits) { p.Params.Memory = 1 << 20 }, "Params.Memory 1048576 KiB exceeds Limits.MaxMemoryKiB 262144"},
 		{"salt short", func(p *Policy, _ *Limits) { p.SaltLen = 4 }, "SaltLen 4 is below Limits.MinSaltLen 8"},

@@ -49,6 +49,11 @@ const (
 	FlagUnguarded     = "unguarded"
 )
 
+// Flags that turn a defence off: read from the command line only, never
+// from the environment (internal/flagenv refuses their variables), so that
+// what a deployment's environment leaks or inherits cannot disarm a node.
+var DefenceFlags = []string{FlagUnguarded, FlagEnableCapacityKnob, FlagAllowAnonymous}
+
 // Flags of cmd/verifier that other programs pass: the policy and sizing
 // levee calibrate prints, and what the lab starts its verifiers with.
 const (
@@ -64,8 +69,9 @@ const (
 
 // Flags of cmd/gateway that other programs pass.
 const (
-	FlagVerifiers = "verifiers"
-	FlagBudgetd   = "budgetd"
+	FlagVerifiers      = "verifiers"
+	FlagBudgetd        = "budgetd"
+	FlagAllowAnonymous = "allow-anonymous"
 )
 
 // Flags of levee etcd, which the lab runs as its fleets' etcd.

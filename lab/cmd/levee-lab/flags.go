@@ -80,6 +80,10 @@ func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) 
 	fs.DurationVar(&c.Human.Think, "human-think", c.Human.Think, "human clients: pause before trying again")
 	fs.IntVar(&c.Human.Tries, "human-tries", c.Human.Tries, "human clients: tries per request")
 	fs.DurationVar(&c.NoDeadline.Cap, "nodeadline-cap", c.NoDeadline.Cap, "nodeadline clients: the lab gives up after this")
+	adversary := fs.String("adversary", "", "one caller sending -adversary-share of the calls beside the mix, single attempts not counted with the honest clients: cheap (valid m=8 KiB hashes), tight (deadlines of -adversary-deadline) or cancel (cancelled after -adversary-cancel-after)")
+	fs.Float64Var(&c.Adversary.Share, "adversary-share", c.Adversary.Share, "adversary: its share of all calls")
+	fs.DurationVar(&c.Adversary.Deadline, "adversary-deadline", c.Adversary.Deadline, "tight adversary: each call's deadline")
+	fs.DurationVar(&c.Adversary.CancelAfter, "adversary-cancel-after", c.Adversary.CancelAfter, "cancel adversary: how long after sending each call is cancelled")
 
 	e := &cfg.Experiment
 	fs.Float64Var(&e.Load, "load", e.Load, "offered load as a fraction of the measured capacity C")
@@ -130,6 +134,7 @@ func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) 
 	if c.Mix, err = experiment.ParseMix(*mix); err != nil {
 		return cfg, false, err
 	}
+	c.Adversary.Kind = experiment.AdversaryKind(*adversary)
 	if *pris != "" {
 		if c.Priorities, err = experiment.ParsePriorities(*pris); err != nil {
 			return cfg, false, err

@@ -1,0 +1,143 @@
+// Package caller binds what a caller of the gateway asserts to who its
+// certificate says it is. A call's tenant and priority decide what it gets
+// beside everyone else's calls, so neither may be the caller's word alone:
+//
+//   - Who calls: a verified client certificate naming a tenant
+//     (urn:levee:tenant:NAME, mtls.Tenant). Without a certificate a call is
+//     refused with UNAUTHENTICATED, unless Rules.AllowAnonymous; then it
+//     is tenant AnonymousTenant at priority batch at most. A certificate
+//     of the CA that names no tenant (a component's or the admin's) is
+//     refused with PERMISSION_DENIED: it is not a caller.
+//   - Its tenant: the certificate's. A call may name it in levee-tenant;
+//     naming another is refused with PERMISSION_DENIED, except for a front
+//     end (mtls.RoleFrontend), which serves many applications and names
+//     each call's tenant.
+//   - Its priority: the certificate's urn:levee:priority: is the highest
+//     it may ask for (Interactive when the certificate names none; Batch
+//     when it names one this package does not know: a misissued grant
+//     never widens). A call may ask for that or less in levee-priority;
+//     asking for more is refused with PERMISSION_DENIED, never quietly
+//     lowered (a caller that believes it sent critical must find out). A
+//     call that asks nothing gets Interactive, or the ceiling if lower.
+//
+// With Rules.Plaintext (a fleet run with -insecure, a trusted network)
+// there is no identity to bind to, and the facts pass as sent.
+package caller
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/leveehq/levee/pkg/callmeta"
+	"github.com/leveehq/levee/pkg/mtls"
+)
+
+// AnonymousTenant is the tenant of every caller without a certificate, when
+// Rules.AllowAnonymous lets them in.
+const AnonymousTenant = "anonymous"
+
+// Rules say whom the gateway serves.
+type Rules struct {
+	// AllowAnonymous serves callers without a client certificate, all as
+	// one tenant (AnonymousTenant) at priority batch at most. Off by
+	// default: every caller is someone.
+	AllowAnonymous bool
+	// Plaintext is a fleet without TLS (-insecure): no caller can be
+	// identified, and the facts of each call pass as its metadata states
+	// them.
+	Plaintext bool
+}
+
+// Bind returns the facts the call of ctx is served with: asked (what its
+// metadata stated, callmeta.Asked) bound to the caller's certificate as the
+// package documentation says, with unset fields set to their defaults; or
+// the status that refuses the call.
+func (r Rules) Bind(ctx context.Context, asked callmeta.Facts) (callmeta.Facts, error) {
+	f := asked
+	if f.Attempt == 0 {
+		f.Attempt = 1
+	}
+	if r.Plaintext {
+		if f.Priority == callmeta.PriorityUnspecified {
+			f.Priority = callmeta.Interactive
+		}
+		return f, nil
+	}
+	who, ok := mtls.PeerOf(ctx)
+	tenant, ceiling, namesTenants := who.Tenant, ceilingOf(who.Priority), who.Has(mtls.RoleFrontend)
+	switch {
+	case !ok && !r.AllowAnonymous:
+		return callmeta.Facts{}, status.Error(codes.Unauthenticated,
+			"the gateway serves callers with a client certificate naming their tenant; the call came without one")
+	case !ok:
+		tenant, ceiling, namesTenants = AnonymousTenant, callmeta.Batch, false
+	case tenant == "":
+		return callmeta.Facts{}, status.Error(codes.PermissionDenied,
+			"the client certificate names no tenant (urn:levee:tenant:): it is not a caller's")
+	}
+	switch {
+	case f.Tenant == "":
+		f.Tenant = tenant
+	case f.Tenant != tenant && !namesTenants:
+		return callmeta.Facts{}, status.Errorf(codes.PermissionDenied,
+			"%s names tenant %q; this caller's certificate is tenant %q, and only a front end may name another",
+			callmeta.TenantKey, f.Tenant, tenant)
+	}
+	switch {
+	case f.Priority == callmeta.PriorityUnspecified:
+		f.Priority = max(callmeta.Interactive, ceiling) // a larger Priority is less urgent
+	case f.Priority < ceiling:
+		return callmeta.Facts{}, status.Errorf(codes.PermissionDenied,
+			"%s asks for %s; this caller may ask for %s at most", callmeta.PriorityKey, f.Priority, ceiling)
+	}
+	return f, nil
+}
+
+// ceilingOf is the highest priority a certificate's urn:levee:priority:
+// name allows: Interactive for none, Batch for a name that is no priority.
+func ceilingOf(name string) callmeta.Priority {
+	if name == "" {
+		return callmeta.Interactive
+	}
+	p, err := callmeta.ParsePriority(name)
+	if err != nil {
+		return callmeta.Batch
+	}
+	return p
+}
+
+// UnaryServerInterceptor reads each call's facts (callmeta.Asked; a
+// malformed one is INVALID_ARGUMENT), binds them with r, and runs the
+// handler with the bound facts in its context (callmeta.FromContext), for
+// the methods named; every other method runs with the facts as sent, as
+// callmeta.UnaryServerInterceptor would.
+func (r Rules) UnaryServerInterceptor(methods ...string) grpc.UnaryServerInterceptor {
+	bound := make(map[string]bool, len(methods))
+	for _, m := range methods {
+		bound[m] = true
+	}
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		asked, err := callmeta.Asked(ctx)
+		if err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		f := asked
+		if bound[info.FullMethod] {
+			if f, err = r.Bind(ctx, asked); err != nil {
+				return nil, err
+			}
+		} else {
+			f = (Rules{Plaintext: true}).mustBind(ctx, asked)
+		}
+		return handler(callmeta.NewContext(ctx, f), req)
+	}
+}
+
+// mustBind is Bind for rules that cannot refuse (Plaintext).
+func (r Rules) mustBind(ctx context.Context, asked callmeta.Facts) callmeta.Facts {
+	f, _ := r.Bind(ctx, asked)
+	return f
+}

@@ -70,7 +70,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.Float64Var(&cfg.Defaults.Burst, "default-burst", cfg.Defaults.Burst, "default most tokens saved up")
 	fs.Float64Var(&cfg.Defaults.MinPerSecond, "default-min-per-second", cfg.Defaults.MinPerSecond, "default tokens per second whatever the traffic")
 	fs.IntVar(&cfg.MaxKeys, "max-keys", cfg.MaxKeys, "most budget keys the leader accounts for")
-	fs.Float64Var(&cfg.MaxClientRate, "max-client-rate", cfg.MaxClientRate, "most first attempts plus retries a second one client's report may claim for one key; a report above it is refused and counted")
+	fs.Float64Var(&cfg.MaxClientRate, "max-client-rate", cfg.MaxClientRate, "most first attempts plus retries a second credited to one identity (certificate name), over all its reports; a single report above it is refused, the excess over time is not credited; both are counted")
+	fs.IntVar(&cfg.MaxClientsPerIdentity, "max-clients-per-identity", cfg.MaxClientsPerIdentity, "most client ids one identity (certificate name) may report under at once")
 	etcdLog := fs.String("etcd-log-level", "error", "least severe etcd log shown: debug, info, warn, error")
 	logJSON := fs.Bool("log-json", false, "log JSON instead of text")
 	if err := flagenv.Parse(fs, args, nil); err != nil {

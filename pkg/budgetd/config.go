@@ -64,13 +64,25 @@ type Config struct {
 	// Defaults are the settings of keys without their own configuration in
 	// etcd, unless <Prefix>config/_default holds valid settings.
 	Defaults ledger.Settings
-	// MaxClientRate bounds what one report may claim: first attempts plus
-	// retries a second of the span it covers (at least one second), per
-	// key. A report above it is one no real client could make (a
-	// forged or broken one that would inflate the fleet's retry budget);
-	// it is refused with INVALID_ARGUMENT, counted
-	// (leases_total{outcome="implausible"}), and earns nothing.
+	// MaxClientRate bounds what one identity (a certificate name; without
+	// TLS, a client id) is credited with: first attempts plus retries a
+	// second, over all its reports, keys, client ids and the replicas they
+	// reach. It is enforced twice. One report that claims more than
+	// MaxClientRate a second of its span (at least one second) for one key
+	// is one no real client could make: it is refused with
+	// INVALID_ARGUMENT, counted (leases_total{outcome="implausible"}), and
+	// earns nothing. And the leader credits an identity's reports from a
+	// bucket that refills at MaxClientRate up to ForgetAfter's worth; what
+	// a report claims beyond it is not credited, and counted
+	// (levee_budgetd_reported_uncredited_total). Set it above the busiest
+	// identity's real rate: every process that presents one certificate
+	// shares it.
 	MaxClientRate float64
+	// MaxClientsPerIdentity bounds the client ids one identity reports
+	// under at once (ids are forgotten after ForgetAfter of silence); a
+	// lease under one more is refused with RESOURCE_EXHAUSTED, and its
+	// client runs on its local budget.
+	MaxClientsPerIdentity int
 	// MaxKeys bounds the budget keys the leader accounts for at once:
 	// clients choose keys, so without a bound they could grow memory.
 	MaxKeys int
@@ -127,7 +139,10 @@ func DefaultConfig() Config {
 		Defaults:      ledger.DefaultSettings(),
 		MaxKeys:       4096,
 		MaxClientRate: 50_000,
-		EtcdLogLevel:  slog.LevelError,
+		// A gateway or client process reports under one id; a thousand
+		// processes sharing one certificate is a large fleet.
+		MaxClientsPerIdentity: 1024,
+		EtcdLogLevel:          slog.LevelError,
 	}
 }
 
@@ -177,6 +192,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxKeys < 1 {
 		add("MaxKeys must be at least 1, got %d", c.MaxKeys)
+	}
+	if c.MaxClientsPerIdentity < 1 {
+		add("MaxClientsPerIdentity must be at least 1, got %d", c.MaxClientsPerIdentity)
 	}
 	if c.AdvertiseAddr != "" {
 		if err := checkHostPort(c.AdvertiseAddr); err != nil {

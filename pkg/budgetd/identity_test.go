@@ -21,8 +21,11 @@ import (
 
 // With TLS a lease is accounted under the name of the certificate that
 // asked for it: two clients that send the same client_id hold their own
-// tokens, a client cannot pass as a replica that forwards, and a report no
-// real client could make is refused, counted and earns nothing.
+// tokens, a client cannot pass as a replica that forwards, a report no
+// real client could make is refused, counted and earns nothing, and one
+// certificate is credited at most MaxClientRate a second (a bucket of
+// ForgetAfter's worth) under at most MaxClientsPerIdentity client ids,
+// however it spreads its reports.
 func TestLeasesAreBoundToTheCertificate(t *testing.T) {
 	dir := t.TempDir()
 	if err := mtls.WriteDevelopmentSet(mtls.DevelopmentSet{Dir: dir, ValidFor: time.Hour}, time.Now()); err != nil {
@@ -35,6 +38,7 @@ func TestLeasesAreBoundToTheCertificate(t *testing.T) {
 		}
 		return src
 	}
+	const maxRate = 100.0 // a second, per identity; a bucket of ForgetAfter (10 s) of it
 	var etcdURL, prefix string
 	r := budgetdtest.StartReplica(t, nil, func(c *budgetd.Config) {
 		c.TLS = load(mtls.IdentityBudgetd)
@@ -42,6 +46,7 @@ func TestLeasesAreBoundToTheCertificate(t *testing.T) {
 		c.EmbeddedEtcd.ClientURL = strings.Replace(c.EmbeddedEtcd.ClientURL, "http://", "https://", 1)
 		c.EmbeddedEtcd.PeerURL = strings.Replace(c.EmbeddedEtcd.PeerURL, "http://", "https://", 1)
 		etcdURL, prefix = c.EmbeddedEtcd.ClientURL, c.Prefix
+		c.MaxClientRate, c.MaxClientsPerIdentity = maxRate, 3
 	})
 	budgetdtest.WaitLeader(t, leaderWait, r)
 	client := func(name string) budgetv1.BudgetServiceClient {
@@ -76,23 +81,57 @@ func TestLeasesAreBoundToTheCertificate(t *testing.T) {
 		t.Errorf("implausible leases counted %v, want 1", got)
 	}
 
-	st, err := admin.Status(ctx, &budgetv1.StatusRequest{Key: "verify"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	clients := map[string]bool{}
-	var first uint64
-	for _, b := range st.GetBudgets() {
-		first += b.GetFirstAttemptsTotal()
-		for _, c := range b.GetClients() {
-			clients[c.GetClientId()] = true
+	firstTotal := func() (uint64, map[string]bool) {
+		st, err := admin.Status(ctx, &budgetv1.StatusRequest{Key: "verify"})
+		if err != nil {
+			t.Fatal(err)
 		}
+		clients := map[string]bool{}
+		var first uint64
+		for _, b := range st.GetBudgets() {
+			first += b.GetFirstAttemptsTotal()
+			for _, c := range b.GetClients() {
+				clients[c.GetClientId()] = true
+			}
+		}
+		return first, clients
 	}
+	first, clients := firstTotal()
 	if len(clients) != 3 || !clients["client:x"] || !clients["frontend:x"] || !clients["frontend:client:x"] {
 		t.Errorf("clients %v; want client:x, frontend:x and frontend:client:x", clients)
 	}
 	if first != 120 {
 		t.Errorf("first attempts counted %d, want 120 (the absurd report earns nothing)", first)
+	}
+
+	// Each report plausible on its own (90 in a second), forty of them at
+	// once under two more client ids: the certificate is credited what its
+	// bucket holds (1,000 less the 100 above, and what refilled meanwhile),
+	// the rest is counted and never earned.
+	start := time.Now()
+	for i := range 40 {
+		id := []string{"y", "z"}[i%2]
+		if _, err := app.Lease(ctx, &budgetv1.LeaseRequest{ClientId: id, Reports: []*budgetv1.KeyReport{report("verify", 90, 0)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start)
+	after, _ := firstTotal()
+	credited := after - first
+	if bound := 900 + uint64(maxRate*elapsed.Seconds()) + 1; credited > bound {
+		t.Errorf("the client certificate was credited %d first attempts in %v, more than its bucket's %d", credited, elapsed, bound)
+	}
+	uncredited := metricValue(t, r.Server().Registry(), "levee_budgetd_reported_uncredited_total")
+	if uncredited < float64(40*90-credited) {
+		t.Errorf("uncredited attempts counted %v, want at least %d (claimed %d, credited %d)", uncredited, 40*90-credited, 40*90, credited)
+	}
+	// A fourth client id under one certificate is refused; the front end's
+	// certificate is another identity and has room.
+	if _, err := app.Lease(ctx, &budgetv1.LeaseRequest{ClientId: "w", Reports: []*budgetv1.KeyReport{report("verify", 1, 0)}}); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a fourth client id under one certificate (cap 3): %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if _, err := idp.Lease(ctx, &budgetv1.LeaseRequest{ClientId: "w", Reports: []*budgetv1.KeyReport{report("verify", 1, 0)}}); err != nil {
+		t.Errorf("another certificate's third client id: %v", err)
 	}
 
 	// budgetd's embedded etcd runs with access control on: another

@@ -249,6 +249,7 @@ func (s *Server) becomeLeader() {
 	s.mu.Lock()
 	s.leading = true
 	s.ledgers = map[string]*ledger.Ledger{}
+	s.reporters = newReporters(s.cfg.MaxClientRate, s.cfg.ForgetAfter, s.cfg.MaxClientsPerIdentity)
 	s.updateHealthLocked()
 	s.mu.Unlock()
 	s.metrics.isLeader.Set(1)
@@ -262,6 +263,7 @@ func (s *Server) stepDown() {
 	s.mu.Lock()
 	s.leading = false
 	s.ledgers = nil
+	s.reporters = nil
 	s.updateHealthLocked()
 	s.mu.Unlock()
 	s.metrics.isLeader.Set(0)

@@ -31,6 +31,7 @@ type metrics struct {
 	denied         *prometheus.CounterVec // by key
 	firstAttempts  *prometheus.CounterVec // by key
 	retries        *prometheus.CounterVec // by key
+	uncredited     prometheus.Counter
 	configErrors   prometheus.Counter
 	configInvalid  prometheus.Gauge
 	keys           prometheus.Gauge
@@ -57,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		leases: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "levee_budgetd_leases_total",
-			Help: "Lease calls by outcome (local, forwarded, unavailable, invalid, exhausted).",
+			Help: "Lease calls by outcome (local, forwarded, unavailable, invalid, exhausted, implausible, forbidden).",
 		}, []string{"outcome"}),
 		forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "levee_budgetd_forwarded_total",
@@ -71,6 +72,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			"First attempts reported by clients to this replica as leader, by key."),
 		retries: byKey("levee_budgetd_retries_reported_total",
 			"Retries reported by clients to this replica as leader, by key."),
+		uncredited: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "levee_budgetd_reported_uncredited_total",
+			Help: "First attempts and retries reported beyond what their identity may be credited with (MaxClientRate a second, ForgetAfter's worth saved): not counted, never earned.",
+		}),
 		configErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "levee_budgetd_config_errors_total",
 			Help: "Configuration values in etcd rejected (malformed JSON, unknown or missing fields, out-of-range values, bad key names).",
@@ -93,7 +98,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"key", "setting"}),
 	}
 	reg.MustRegister(m.isLeader, m.acquired, m.sessionLosses, m.leases, m.forwarded, m.granted, m.denied,
-		m.firstAttempts, m.retries, m.configErrors, m.configInvalid, m.keys, m.clients, m.configSettings)
+		m.firstAttempts, m.retries, m.uncredited, m.configErrors, m.configInvalid, m.keys, m.clients, m.configSettings)
 	for _, o := range []string{outcomeLocal, outcomeForwarded, outcomeUnavailable, outcomeInvalid, outcomeExhausted} {
 		m.leases.WithLabelValues(o)
 	}

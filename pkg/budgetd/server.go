@@ -47,8 +47,9 @@ const shutdownGrace = 2 * time.Second
 
 // Sentinel errors of the accounting; the handlers map them to statuses.
 var (
-	errNotLeader   = errors.New("not the leader")
-	errTooManyKeys = errors.New("too many budget keys")
+	errNotLeader      = errors.New("not the leader")
+	errTooManyKeys    = errors.New("too many budget keys")
+	errTooManyClients = errors.New("too many client ids for one identity")
 )
 
 // Refusals are built once: the refusal path formats nothing.
@@ -86,6 +87,7 @@ type Server struct {
 	sessionUp  bool
 	leaderAddr string // as observed in etcd; "" when unknown
 	ledgers    map[string]*ledger.Ledger
+	reporters  *reporters // with ledgers: what each identity is credited with this term
 	settings   settingsTable
 }
 
@@ -376,6 +378,10 @@ func (s *Server) Lease(ctx context.Context, req *budgetv1.LeaseRequest) (*budget
 		s.metrics.leases.WithLabelValues(outcomeExhausted).Inc()
 		return nil, status.Errorf(codes.ResourceExhausted,
 			"budgetd: at most %d budget keys at once; use the local fallback budget for new keys", s.cfg.MaxKeys)
+	case errors.Is(err, errTooManyClients):
+		s.metrics.leases.WithLabelValues(outcomeExhausted).Inc()
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"budgetd: at most %d client ids per certificate at once; use the local fallback budget, or reuse a client_id", s.cfg.MaxClientsPerIdentity)
 	case errors.Is(err, errNotGranting):
 		s.metrics.leases.WithLabelValues(outcomeUnavailable).Inc()
 		return nil, err
@@ -421,6 +427,9 @@ func (s *Server) grant(req *budgetv1.LeaseRequest) (*budgetv1.LeaseResponse, err
 	if added > 0 && len(s.ledgers)+added > s.cfg.MaxKeys {
 		return nil, errTooManyKeys
 	}
+	if !s.reporters.admit(req.GetClientId(), now) {
+		return nil, errTooManyClients
+	}
 	validFor := durationpb.New(s.cfg.LeaseValidity)
 	leases := make([]*budgetv1.KeyLease, len(reports))
 	for i, r := range reports {
@@ -430,7 +439,13 @@ func (s *Server) grant(req *budgetv1.LeaseRequest) (*budgetv1.LeaseResponse, err
 			l = ledger.NewLedger(s.settings.forKey(key), s.cfg.LeaseValidity, now)
 			s.ledgers[key] = l
 		}
-		g := l.Report(req.GetClientId(), ledger.CountsOf(r), r.GetTokensWanted(), now)
+		counts := ledger.CountsOf(r)
+		claimed := float64(counts.First) + float64(counts.Retries)
+		if f := s.reporters.credit(req.GetClientId(), claimed, now); f < 1 {
+			counts = counts.Scaled(f)
+			s.metrics.uncredited.Add(claimed - float64(counts.First) - float64(counts.Retries))
+		}
+		g := l.Report(req.GetClientId(), counts, r.GetTokensWanted(), now)
 		n := g.Tokens
 		leases[i] = &budgetv1.KeyLease{Key: key, Tokens: n, ValidFor: validFor, Settings: l.Settings().Proto(), FallbackMinPerSecond: g.FallbackMinPerSecond}
 
@@ -440,8 +455,8 @@ func (s *Server) grant(req *budgetv1.LeaseRequest) (*budgetv1.LeaseResponse, err
 		}
 		s.metrics.granted.WithLabelValues(label).Add(float64(n))
 		s.metrics.denied.WithLabelValues(label).Add(float64(r.GetTokensWanted() - n))
-		s.metrics.firstAttempts.WithLabelValues(label).Add(float64(r.GetFirstAttempts()))
-		s.metrics.retries.WithLabelValues(label).Add(float64(r.GetRetries()))
+		s.metrics.firstAttempts.WithLabelValues(label).Add(float64(counts.First))
+		s.metrics.retries.WithLabelValues(label).Add(float64(counts.Retries))
 	}
 	return &budgetv1.LeaseResponse{
 		Leases:       leases,
@@ -475,6 +490,9 @@ func (s *Server) forgetLoop(ctx context.Context) {
 func (s *Server) forget(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.reporters != nil {
+		s.reporters.forget(now, s.cfg.ForgetAfter)
+	}
 	clients := 0
 	for key, l := range s.ledgers {
 		l.Forget(now, s.cfg.ForgetAfter)

@@ -164,9 +164,19 @@ type Counts struct {
 	Fallback uint64
 	// Retries is the retries sent since the previous report.
 	Retries uint64
-	// Span is how long the counts took to accumulate; zero means since the
-	// client's previous report (one lease period for its first).
+	// Span is how long the counts took to accumulate, as the client
+	// claims it; the ledger reads the rate over no less than the time
+	// since the client's previous report (one lease period for its first).
 	Span time.Duration
+}
+
+// Scaled is c with its counts multiplied by f in [0, 1], rounded down: the
+// part of a report that is credited.
+func (c Counts) Scaled(f float64) Counts {
+	f = min(max(f, 0), 1)
+	scale := func(n uint64) uint64 { return uint64(math.Floor(float64(n) * f)) }
+	c.First, c.Fallback, c.Retries = scale(c.First), scale(c.Fallback), scale(c.Retries)
+	return c
 }
 
 // Grant is what one report leases to its client.
@@ -186,14 +196,18 @@ func (l *Ledger) Report(clientID string, r Counts, want uint32, now time.Time) G
 	l.firstTotal += r.First
 	l.retriesTotal += r.Retries
 
+	// The span a report's rate is read over is the longer of the one it
+	// claims and the one the ledger saw: the time since the client's
+	// previous report, or one lease period for its first. A client can
+	// claim a longer span (a catch-up report after an outage reads as the
+	// rate it was) and so lower its own rate and weight, never a shorter
+	// one to raise them.
 	c := l.clients[clientID]
-	span := r.Span
-	if span <= 0 {
-		span = l.lease // a first report has no interval yet
-		if c != nil {
-			span = now.Sub(c.lastReport)
-		}
+	seen := l.lease // a first report has no interval yet
+	if c != nil {
+		seen = now.Sub(c.lastReport)
 	}
+	span := max(r.Span, seen)
 	l.window.add(now, span, r.First, r.Retries)
 
 	// Settle what the client earned at its old weight, then learn its rate

@@ -307,3 +307,50 @@ func TestLedgerHoldsNoMoreThanItsCap(t *testing.T) {
 		t.Errorf("tokens held = %v, want between the burst (50) and the cap %v", st.Tokens, limit)
 	}
 }
+
+// A client's claimed span can lower its own rate, never raise it: two
+// clients sending the same first attempts every second, one of which
+// claims each report took a millisecond, read the same rate and get the
+// same tokens.
+func TestLedgerShortSpanDoesNotRaiseAClientsShare(t *testing.T) {
+	l := NewLedger(Settings{Ratio: 0.1, Burst: 10, MinPerSecond: 0}, time.Second, t0)
+	now := t0
+	got := map[string]uint64{}
+	for range 60 {
+		now = now.Add(time.Second)
+		got["honest"] += uint64(l.Report("honest", Counts{First: 100, Span: time.Second}, 1000, now).Tokens)
+		got["short"] += uint64(l.Report("short", Counts{First: 100, Span: time.Millisecond}, 1000, now.Add(time.Millisecond)).Tokens)
+	}
+	rates := map[string]float64{}
+	for _, c := range l.Status(now).Clients {
+		rates[c.ID] = c.FirstPerSecond
+	}
+	if r := rates["short"]; r > rates["honest"]*1.05 {
+		t.Errorf("a client claiming 1 ms spans reads %.0f/s, an honest one %.0f/s: the claim raised its rate", r, rates["honest"])
+	}
+	if g := float64(got["short"]); g > float64(got["honest"])*1.05 {
+		t.Errorf("a client claiming 1 ms spans got %d tokens, an honest one %d", got["short"], got["honest"])
+	}
+	// A longer span than the ledger saw is taken: it lowers the rate.
+	l.Report("slow", Counts{First: 100, Span: 10 * time.Second}, 0, now)
+	now = now.Add(time.Second)
+	l.Report("slow", Counts{First: 100, Span: 10 * time.Second}, 0, now)
+	for _, c := range l.Status(now).Clients {
+		if c.ID == "slow" && c.FirstPerSecond > 20 {
+			t.Errorf("a client claiming 10 s spans for 100 first attempts reads %.0f/s, want about 10", c.FirstPerSecond)
+		}
+	}
+}
+
+func TestCountsScaled(t *testing.T) {
+	c := Counts{First: 1000, Fallback: 300, Retries: 99, Span: time.Second}
+	if got, want := c.Scaled(0.5), (Counts{First: 500, Fallback: 150, Retries: 49, Span: time.Second}); got != want {
+		t.Errorf("Scaled(0.5) = %+v, want %+v", got, want)
+	}
+	if got := c.Scaled(2); got != c {
+		t.Errorf("Scaled(2) = %+v, want it unchanged (clamped to 1)", got)
+	}
+	if got := c.Scaled(-1); got.First != 0 || got.Retries != 0 {
+		t.Errorf("Scaled(-1) = %+v, want no counts", got)
+	}
+}

@@ -2,6 +2,7 @@ package budgetd_test
 
 import (
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
+	"github.com/leveehq/levee/internal/embeddedetcd"
 	"github.com/leveehq/levee/internal/etcdclient"
 	"github.com/leveehq/levee/pkg/budgetd"
 	"github.com/leveehq/levee/pkg/budgetd/budgetdtest"
@@ -144,5 +146,45 @@ func TestLeasesAreBoundToTheCertificate(t *testing.T) {
 	defer cli.Close()
 	if _, err := cli.Put(ctx, prefix+"election/forged", "x"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Errorf("a client certificate writing budgetd's election: %v, want etcd's permission denied", err)
+	}
+}
+
+// budgetd turns on its embedded etcd's access control as whatever name its
+// certificate carries, and comes back on the same data under another
+// prefix: with access control on it re-grants what it needs, and a
+// certificate of your own PKI named other than "budgetd" does not lock
+// budgetd out of its own store.
+func TestBudgetdOwnsItsEmbeddedEtcdUnderAnyName(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	ca, err := mtls.NewCA("test CA", time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.WriteSet(mtls.DevelopmentSet{Dir: dir, ValidFor: time.Hour}, now); err != nil {
+		t.Fatal(err)
+	}
+	const name = "budgetd-eu-1"
+	if _, err := ca.WriteFiles(dir, name, mtls.Leaf{Name: name, DNS: []string{"localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)},
+		Server: true, Client: true, Roles: []string{mtls.RoleBudgetd}, ValidFor: time.Hour}, now); err != nil {
+		t.Fatal(err)
+	}
+	src, err := mtls.Settings{Dir: dir}.Load(name, mtls.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var emb embeddedetcd.Config
+	for i, prefix := range []string{"/first/", "/second/"} {
+		r := budgetdtest.StartReplica(t, nil, func(c *budgetd.Config) {
+			if i == 0 {
+				c.EmbeddedEtcd.TLS = mtls.Settings{Dir: dir}.Resolve(mtls.IdentityEtcd)
+				c.EmbeddedEtcd.ClientURL = strings.Replace(c.EmbeddedEtcd.ClientURL, "http://", "https://", 1)
+				c.EmbeddedEtcd.PeerURL = strings.Replace(c.EmbeddedEtcd.PeerURL, "http://", "https://", 1)
+				emb = c.EmbeddedEtcd
+			}
+			c.EmbeddedEtcd, c.TLS, c.Prefix = emb, src, prefix
+		})
+		budgetdtest.WaitLeader(t, leaderWait, r)
+		r.Stop()
 	}
 }

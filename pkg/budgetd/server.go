@@ -251,7 +251,7 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) (err error) 
 		// budgetd owns its embedded etcd: no other certificate of the CA may
 		// touch its election or settings.
 		actx, cancel := context.WithTimeout(ctx, s.cfg.EtcdDialTimeout+10*time.Second)
-		err := etcdauth.EnableBudgetd(actx, cli, s.cfg.Prefix)
+		err := etcdauth.EnableBudgetd(actx, cli, s.cfg.TLS.Leaf().Subject.CommonName)
 		cancel()
 		if err != nil {
 			closeListeners()

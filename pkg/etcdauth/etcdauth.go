@@ -86,24 +86,43 @@ func Enable(ctx context.Context, cli *clientv3.Client, l Layout) error {
 }
 
 // EnableBudgetd turns on access control on an etcd that budgetd alone uses
-// (its embedded one, without -etcd): user budgetd may read and write its
-// election and read its settings under prefix, admin and root everything,
-// and any other certificate of the CA nothing. It does nothing when access
-// control is on already; while it is off, any client of the CA (budgetd
-// itself) may turn it on.
-func EnableBudgetd(ctx context.Context, cli *clientv3.Client, prefix string) error {
-	if prefix == "" {
-		return errors.New("etcdauth: budgetd's prefix must be set")
+// (its embedded one, without -etcd), as user: the common name of the
+// certificate budgetd's client presents, which etcd takes as its user. The
+// etcd is budgetd's own store (its election and its settings), so user,
+// admin and root get etcd's root role and any other certificate of the CA
+// nothing.
+//
+// It reconciles on every start: with access control off, any client of the
+// CA (budgetd itself) may turn it on; with it on, budgetd's user is root
+// already and re-grants what is missing, whatever prefix budgetd now uses.
+// A certificate whose name is not a user of an etcd that has access
+// control on (budgetd's certificate was reissued under another name) is
+// refused by etcd; the error says how to add the name.
+func EnableBudgetd(ctx context.Context, cli *clientv3.Client, user string) error {
+	if user == "" {
+		return errors.New("etcdauth: budgetd's certificate must have a common name: etcd takes it as the user")
 	}
-	if st, err := cli.AuthStatus(ctx); err != nil {
+	st, err := cli.AuthStatus(ctx)
+	if err != nil {
 		return fmt.Errorf("etcdauth: status: %w", err)
-	} else if st.Enabled {
+	}
+	for _, u := range []string{rootUser, mtls.IdentityAdmin, user} {
+		if err := addUser(ctx, cli, u, rootRole); err != nil {
+			if st.Enabled {
+				return fmt.Errorf("%w (access control is on, and certificate name %q may not manage users: "+
+					"add it as the admin with `etcdctl user add %s --no-password` and `etcdctl user grant-role %s root`, "+
+					"or present the certificate name that turned access control on)", err, user, user, user)
+			}
+			return err
+		}
+	}
+	if st.Enabled {
 		return nil
 	}
-	read, rw := clientv3.PermissionType(clientv3.PermRead), clientv3.PermissionType(clientv3.PermReadWrite)
-	return enable(ctx, cli, map[string][]grant{
-		mtls.IdentityBudgetd: {{prefix + "election", true, rw}, {prefix + "config/", true, read}},
-	})
+	if _, err := cli.AuthEnable(ctx); err != nil {
+		return fmt.Errorf("etcdauth: enable: %w", err)
+	}
+	return nil
 }
 
 // enable makes a role levee-USER with its grants for each user of roles,

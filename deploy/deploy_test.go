@@ -24,21 +24,23 @@ func exportedNames(t *testing.T) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
 	literal := regexp.MustCompile(`"(levee_[a-z_]+)"`)
-	err := filepath.WalkDir(filepath.Join("..", "pkg"), func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return err
-		}
-		src, err := os.ReadFile(path)
+	for _, dir := range []string{"pkg", "internal"} {
+		err := filepath.WalkDir(filepath.Join("..", dir), func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			src, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, m := range literal.FindAllStringSubmatch(string(src), -1) {
+				names[m[1]] = true
+			}
+			return nil
+		})
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
-		for _, m := range literal.FindAllStringSubmatch(string(src), -1) {
-			names[m[1]] = true
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	return names
 }

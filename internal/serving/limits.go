@@ -5,11 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"net"
 	"strconv"
 	"time"
 
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 )
@@ -24,6 +22,9 @@ type Limits struct {
 	// MaxConnections is how many connections the server holds at once;
 	// further ones wait in the kernel's accept queue until one closes.
 	MaxConnections int
+	// MaxConnectionsPerSource is how many of them may come from one source
+	// IP address; one more is closed as soon as it is accepted.
+	MaxConnectionsPerSource int
 	// MaxStreams is how many streams (calls) one connection may have open
 	// at once; a client's further calls wait for one to end.
 	MaxStreams uint32
@@ -32,7 +33,9 @@ type Limits struct {
 	// HandshakeTimeout is how long a new connection has to complete its
 	// TLS handshake (and HTTP/2 preface).
 	HandshakeTimeout time.Duration
-	// MaxConnectionIdle closes a connection with no call for that long.
+	// MaxConnectionIdle closes a connection with no call for that long
+	// (pings do not count): a peer cannot hold a slot by keeping an empty
+	// connection alive.
 	MaxConnectionIdle time.Duration
 	// MaxConnectionAge closes every connection after about that long
 	// (±10 %, grpc-go's jitter), after MaxConnectionAgeGrace for the calls
@@ -45,10 +48,15 @@ type Limits struct {
 	MinPingInterval time.Duration
 }
 
-// DefaultLimits: 4,096 connections, 1,000 streams per connection, 16 KiB
-// of headers, a 10 s handshake, idle connections closed after 5 minutes,
-// every connection after 30 minutes (1 minute of grace), pings at most
-// every 5 s.
+// DefaultLimits: 4,096 connections, 256 of them from one source address,
+// 1,000 streams per connection, 16 KiB of headers, a 10 s handshake, idle
+// connections closed after a minute, every connection after 30 minutes
+// (1 minute of grace), pings at most every 5 s.
+//
+// 256 per source: one peer holds at most a sixteenth of the connections, and
+// a few hundred client processes behind one NAT address still connect (a
+// gRPC client holds one connection per server). An idle minute: a caller
+// that verifies less often than that pays one handshake per call.
 //
 // 1,000 streams: the gateway multiplexes its calls to a verifier on one
 // connection, and a verifier's queue rarely exceeds a few hundred (its
@@ -57,14 +65,15 @@ type Limits struct {
 // caller adds, a thousandth of grpc-go's default.
 func DefaultLimits() Limits {
 	return Limits{
-		MaxConnections:        4096,
-		MaxStreams:            1000,
-		MaxHeaderBytes:        16 << 10,
-		HandshakeTimeout:      10 * time.Second,
-		MaxConnectionIdle:     5 * time.Minute,
-		MaxConnectionAge:      30 * time.Minute,
-		MaxConnectionAgeGrace: time.Minute,
-		MinPingInterval:       5 * time.Second,
+		MaxConnections:          4096,
+		MaxConnectionsPerSource: 256,
+		MaxStreams:              1000,
+		MaxHeaderBytes:          16 << 10,
+		HandshakeTimeout:        10 * time.Second,
+		MaxConnectionIdle:       time.Minute,
+		MaxConnectionAge:        30 * time.Minute,
+		MaxConnectionAgeGrace:   time.Minute,
+		MinPingInterval:         5 * time.Second,
 	}
 }
 
@@ -72,6 +81,7 @@ func DefaultLimits() Limits {
 // defaults.
 func (l *Limits) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&l.MaxConnections, "max-connections", l.MaxConnections, "most gRPC connections held at once; more wait to be accepted")
+	fs.IntVar(&l.MaxConnectionsPerSource, "max-connections-per-source", l.MaxConnectionsPerSource, "most gRPC connections from one source IP address; more are closed on accept")
 	uint32Var(fs, &l.MaxStreams, "max-streams", "most concurrent calls on one connection")
 	uint32Var(fs, &l.MaxHeaderBytes, "max-header-bytes", "largest header list of one call, in bytes")
 	fs.DurationVar(&l.HandshakeTimeout, "handshake-timeout", l.HandshakeTimeout, "time a new connection has to complete its handshake")
@@ -100,6 +110,9 @@ func (l Limits) Validate() error {
 	if l.MaxConnections < 0 {
 		errs = append(errs, fmt.Errorf("MaxConnections must be positive (0: the default), got %d", l.MaxConnections))
 	}
+	if l.MaxConnectionsPerSource < 0 {
+		errs = append(errs, fmt.Errorf("MaxConnectionsPerSource must be positive (0: the default), got %d", l.MaxConnectionsPerSource))
+	}
 	if l.MaxHeaderBytes != 0 && l.MaxHeaderBytes < 1<<10 {
 		errs = append(errs, fmt.Errorf("MaxHeaderBytes must be at least 1 KiB (0: the default), got %d", l.MaxHeaderBytes))
 	}
@@ -115,8 +128,8 @@ func (l Limits) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ServerOptions are the gRPC server options that apply l (all but
-// MaxConnections, which Listener applies).
+// ServerOptions are the gRPC server options that apply l (all but the
+// connection bounds, which Connections applies).
 func (l Limits) ServerOptions() []grpc.ServerOption {
 	l = l.withDefaults()
 	return []grpc.ServerOption{
@@ -132,11 +145,6 @@ func (l Limits) ServerOptions() []grpc.ServerOption {
 	}
 }
 
-// Listener is lis accepting at most MaxConnections connections at once.
-func (l Limits) Listener(lis net.Listener) net.Listener {
-	return netutil.LimitListener(lis, l.withDefaults().MaxConnections)
-}
-
 // withDefaults is l with each zero field set to DefaultLimits' value.
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits()
@@ -147,6 +155,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxConnections == 0 {
 		l.MaxConnections = d.MaxConnections
+	}
+	if l.MaxConnectionsPerSource == 0 {
+		l.MaxConnectionsPerSource = d.MaxConnectionsPerSource
 	}
 	if l.MaxStreams == 0 {
 		l.MaxStreams = d.MaxStreams

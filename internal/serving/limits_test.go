@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -53,6 +54,12 @@ func (c *countedConn) Close() error {
 // counters are the streams its handlers run at once (and the most), and the
 // connections it holds.
 func serveLimited(t *testing.T, l serving.Limits) (addr string, active, most *atomic.Int64, conns *counting) {
+	addr, active, most, conns, _ = serveBounded(t, l)
+	return addr, active, most, conns
+}
+
+// serveBounded is serveLimited that also returns the server's Connections.
+func serveBounded(t *testing.T, l serving.Limits) (addr string, active, most *atomic.Int64, conns *counting, bound *serving.Connections) {
 	t.Helper()
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -69,10 +76,11 @@ func serveLimited(t *testing.T, l serving.Limits) (addr string, active, most *at
 	srv := grpc.NewServer(append(l.ServerOptions(), grpc.ChainStreamInterceptor(track))...)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	conns = &counting{Listener: raw}
+	bound = l.Connections()
 	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(l.Listener(conns)) }()
+	go func() { defer close(done); _ = srv.Serve(bound.Listener(conns)) }()
 	t.Cleanup(func() { srv.Stop(); <-done })
-	return raw.Addr().String(), active, most, conns
+	return raw.Addr().String(), active, most, conns, bound
 }
 
 func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
@@ -166,6 +174,91 @@ func TestConnectionFloodStaysBounded(t *testing.T) {
 	if m := conns.most.Load(); m > 2 {
 		t.Errorf("held %d connections at once, want at most 2", m)
 	}
+}
+
+// One source holds at most MaxConnectionsPerSource connections; the ones
+// past it are closed at once and counted, and a peer at another address
+// is served while that source sits on its share. Closed connections give
+// their slots back.
+func TestOneSourceCannotTakeEverySlot(t *testing.T) {
+	addr, _, _, conns, bound := serveBounded(t, serving.Limits{MaxConnections: 4, MaxConnectionsPerSource: 2, HandshakeTimeout: time.Minute})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(bound.Collectors()...)
+	var flood []net.Conn
+	for range 10 {
+		c, err := net.Dial("tcp", addr) // from 127.0.0.1; sends nothing
+		if err != nil {
+			t.Fatal(err)
+		}
+		flood = append(flood, c)
+	}
+	waitFor(t, 5*time.Second, "8 of the 10 closed on accept", func() bool {
+		return counter(t, reg, "levee_server_connections_refused_total") == 8
+	})
+	if n := bound.Open(); n != 2 {
+		t.Errorf("holds %d connections from one source, want 2", n)
+	}
+	// Another loopback address is another source: served at once, though
+	// the flood's two connections wait a minute for their handshakes.
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("a client at another address, beside a source at its bound: %v", err)
+	}
+	if got := counter(t, reg, "levee_server_connections"); got != 3 {
+		t.Errorf("levee_server_connections = %v, want 3", got)
+	}
+	for _, c := range flood {
+		c.Close()
+	}
+	cc.Close()
+	waitFor(t, 5*time.Second, "every slot given back", func() bool { return bound.Open() == 0 && conns.open.Load() == 0 })
+}
+
+// A connection with no call is closed after MaxConnectionIdle, and its
+// slot given back.
+func TestIdleConnectionsClosed(t *testing.T) {
+	addr, _, _, _, bound := serveBounded(t, serving.Limits{MaxConnectionIdle: 300 * time.Millisecond})
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if bound.Open() != 1 {
+		t.Fatalf("holds %d connections after a call, want 1", bound.Open())
+	}
+	waitFor(t, 5*time.Second, "the idle connection closed", func() bool { return bound.Open() == 0 })
+}
+
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			m := mf.GetMetric()[0]
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }
 
 func TestLimitsFlags(t *testing.T) {

@@ -72,6 +72,7 @@ type Server struct {
 	health  *health.Server
 	streams *serving.Streams // ended at stop, so GracefulStop need not wait for them
 	grpc    *grpc.Server
+	conns   *serving.Connections // bounds and counts the gRPC listener's connections
 	fwd     *forwarder
 	served  atomic.Bool
 	// sessions counts the etcd sessions this replica has had.
@@ -122,6 +123,8 @@ func New(cfg Config) (*Server, error) {
 	grpcMetrics := grpcprom.NewServerMetrics()
 	s.reg.MustRegister(grpcMetrics)
 	s.reg.MustRegister(cfg.TLS.Collectors()...) // certificate expiry and reloads
+	s.conns = cfg.ServerLimits.Connections()
+	s.reg.MustRegister(s.conns.Collectors()...)
 	unary := []grpc.UnaryServerInterceptor{grpcMetrics.UnaryServerInterceptor()}
 	stream := []grpc.StreamServerInterceptor{grpcMetrics.StreamServerInterceptor(), s.streams.Interceptor()}
 	if !cfg.TLS.Plaintext() {
@@ -269,7 +272,7 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) (err error) 
 	etcdWork.Go(func() { s.forgetLoop(gctx) })
 
 	g.Go(func() error {
-		if err := s.grpc.Serve(s.cfg.ServerLimits.Listener(lis)); err != nil {
+		if err := s.grpc.Serve(s.conns.Listener(lis)); err != nil {
 			return fmt.Errorf("budgetd: serve: %w", err)
 		}
 		return nil

@@ -88,6 +88,7 @@ type Gateway struct {
 	retry   *budget.Budget // nil: no in-fleet retries
 
 	grpc    *grpc.Server
+	conns   *serving.Connections // bounds and counts the gRPC listener's connections
 	health  *health.Server
 	streams *serving.Streams // ended at stop, so GracefulStop need not wait for them
 
@@ -160,6 +161,8 @@ func New(cfg Config) (*Gateway, error) {
 		g.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	g.reg.MustRegister(cfg.TLS.Collectors()...) // certificate expiry and reloads
+	g.conns = cfg.ServerLimits.Connections()
+	g.reg.MustRegister(g.conns.Collectors()...)
 	brk := cfg.Breaker
 	g.brkCfg.Store(&brk)
 	g.settings.Store(&settings.Settings{})
@@ -298,7 +301,7 @@ func (g *Gateway) Serve(ctx context.Context, lis, mlis net.Listener) error {
 	defer g.Close()
 	grp, gctx := errgroup.WithContext(ctx)
 	grp.Go(func() error {
-		if err := g.grpc.Serve(g.cfg.ServerLimits.Listener(lis)); err != nil {
+		if err := g.grpc.Serve(g.conns.Listener(lis)); err != nil {
 			return fmt.Errorf("gateway: serve: %w", err)
 		}
 		return nil

@@ -97,6 +97,7 @@ type Server struct {
 	streams *serving.Streams // ended at the drain, so GracefulStop need not wait for them
 	admin   *adminServer
 	grpc    *grpc.Server
+	conns   *serving.Connections // bounds and counts the gRPC listener's connections
 	load    *loadReporter
 
 	// beforeHash, when set (by tests, before Serve), runs on the worker just
@@ -175,6 +176,8 @@ func New(cfg Config) (*Server, error) {
 		grpcprom.WithHistogramBuckets(latencyBuckets)))
 	s.reg.MustRegister(grpcMetrics)
 	s.reg.MustRegister(cfg.TLS.Collectors()...) // certificate expiry and reloads
+	s.conns = cfg.ServerLimits.Connections()
+	s.reg.MustRegister(s.conns.Collectors()...)
 	unary := []grpc.UnaryServerInterceptor{grpcMetrics.UnaryServerInterceptor(), cfg.Deadline.UnaryServerInterceptor(),
 		callmeta.UnaryServerInterceptor()}
 	stream := []grpc.StreamServerInterceptor{grpcMetrics.StreamServerInterceptor(), cfg.Deadline.StreamServerInterceptor(),
@@ -279,7 +282,7 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if err := s.grpc.Serve(s.cfg.ServerLimits.Listener(lis)); err != nil {
+		if err := s.grpc.Serve(s.conns.Listener(lis)); err != nil {
 			return fmt.Errorf("verifier: serve: %w", err)
 		}
 		return nil

@@ -109,35 +109,42 @@ func ceilingOf(name string) callmeta.Priority {
 	return p
 }
 
-// UnaryServerInterceptor reads each call's facts (callmeta.Asked; a
-// malformed one is INVALID_ARGUMENT), binds them with r, and runs the
-// handler with the bound facts in its context (callmeta.FromContext), for
-// the methods named; every other method runs with the facts as sent, as
-// callmeta.UnaryServerInterceptor would.
-func (r Rules) UnaryServerInterceptor(methods ...string) grpc.UnaryServerInterceptor {
+// Interceptors are the server interceptors of a port whose callers are
+// bound by r: a unary call to one of methods has its facts read
+// (callmeta.Asked; a malformed one is INVALID_ARGUMENT) and bound with r,
+// and its handler runs with the bound facts in its context
+// (callmeta.FromContext). Health and reflection (mtls.OpenServices) are
+// served as they are, to anyone who completed the handshake. Every other
+// method is refused with PERMISSION_DENIED: a service registered later is
+// closed until it is named here.
+func (r Rules) Interceptors(methods ...string) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
 	bound := make(map[string]bool, len(methods))
 	for _, m := range methods {
 		bound[m] = true
 	}
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	open := mtls.Policy{Open: mtls.OpenServices}
+	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if !bound[info.FullMethod] {
+			if err := open.Check(ctx, info.FullMethod); err != nil {
+				return nil, err
+			}
+			return handler(ctx, req)
+		}
 		asked, err := callmeta.Asked(ctx)
 		if err != nil {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
-		f := asked
-		if bound[info.FullMethod] {
-			if f, err = r.Bind(ctx, asked); err != nil {
-				return nil, err
-			}
-		} else {
-			f = (Rules{Plaintext: true}).mustBind(ctx, asked)
+		f, err := r.Bind(ctx, asked)
+		if err != nil {
+			return nil, err
 		}
 		return handler(callmeta.NewContext(ctx, f), req)
 	}
-}
-
-// mustBind is Bind for rules that cannot refuse (Plaintext).
-func (r Rules) mustBind(ctx context.Context, asked callmeta.Facts) callmeta.Facts {
-	f, _ := r.Bind(ctx, asked)
-	return f
+	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if err := open.Check(ss.Context(), info.FullMethod); err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+	return unary, stream
 }

@@ -17,8 +17,11 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	budgetv1 "github.com/leveehq/levee/gen/levee/budget/v1"
 	"github.com/leveehq/levee/pkg/caller"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/mtls"
@@ -85,9 +88,13 @@ func serve(t *testing.T, src *mtls.Source, rules caller.Rules) (string, <-chan c
 		seen <- callmeta.FromContext(ctx)
 		return handler(ctx, req)
 	}
+	unary, stream := rules.Interceptors(healthpb.Health_Check_FullMethodName)
 	srv := grpc.NewServer(append(src.ServerOptions(tls.VerifyClientCertIfGiven), // nil src: plaintext
-		grpc.ChainUnaryInterceptor(rules.UnaryServerInterceptor(healthpb.Health_Check_FullMethodName), record))...)
+		grpc.ChainUnaryInterceptor(unary, record), grpc.ChainStreamInterceptor(stream))...)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
+	// A service the rules do not name, registered beside.
+	budgetv1.RegisterBudgetServiceServer(srv, budgetv1.UnimplementedBudgetServiceServer{})
+	reflection.Register(srv)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(lis) }()
 	t.Cleanup(func() { srv.Stop(); <-done })
@@ -172,6 +179,44 @@ func TestBind(t *testing.T) {
 				t.Errorf("served as tenant %q priority %v attempt %d, want %q %v 1", f.Tenant, f.Priority, f.Attempt, tc.want.tenant, tc.want.priority)
 			}
 		})
+	}
+}
+
+// A method the rules do not bind is refused, whoever calls it, unless its
+// service is open (reflection here; health's Watch stream).
+func TestUnnamedMethodsRefused(t *testing.T) {
+	ids := issue(t)
+	addr, _ := serve(t, ids.server, caller.Rules{})
+	for _, dial := range []grpc.DialOption{ids.tenant.DialOption(""), ids.frontend.DialOption("")} {
+		cc, err := grpc.NewClient(addr, dial)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		_, err = budgetv1.NewBudgetServiceClient(cc).Lease(ctx, &budgetv1.LeaseRequest{})
+		if status.Code(err) != codes.PermissionDenied {
+			t.Errorf("a registered method the rules do not name: %v, want PERMISSION_DENIED", err)
+		}
+		rc, err := reflectionpb.NewServerReflectionClient(cc).ServerReflectionInfo(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rc.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rc.Recv(); err != nil {
+			t.Errorf("reflection, an open service: %v", err)
+		}
+		w, err := healthpb.NewHealthClient(cc).Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Recv(); err != nil {
+			t.Errorf("health Watch, an open service: %v", err)
+		}
+		cancel()
 	}
 }
 

@@ -227,11 +227,12 @@ func New(cfg Config) (*Gateway, error) {
 	}
 
 	// Each call's tenant and priority are bound to its caller's
-	// certificate (package caller) before anything reads them.
+	// certificate (package caller) before anything reads them; methods
+	// other than Verify, Hash, health and reflection are refused.
 	callers := caller.Rules{AllowAnonymous: cfg.AllowAnonymous, Plaintext: cfg.TLS.Plaintext()}
-	unary := []grpc.UnaryServerInterceptor{cfg.Deadline.UnaryServerInterceptor(),
-		callers.UnaryServerInterceptor(verifyv1.VerifyService_Verify_FullMethodName, verifyv1.VerifyService_Hash_FullMethodName)}
-	stream := []grpc.StreamServerInterceptor{cfg.Deadline.StreamServerInterceptor(), g.streams.Interceptor()}
+	bindUnary, bindStream := callers.Interceptors(verifyv1.VerifyService_Verify_FullMethodName, verifyv1.VerifyService_Hash_FullMethodName)
+	unary := []grpc.UnaryServerInterceptor{cfg.Deadline.UnaryServerInterceptor(), bindUnary}
+	stream := []grpc.StreamServerInterceptor{cfg.Deadline.StreamServerInterceptor(), bindStream, g.streams.Interceptor()}
 	if cfg.Unguarded {
 		// A plain proxy neither refuses expired arrivals nor adds a
 		// default deadline.

@@ -77,6 +77,11 @@ func (r Rules) Bind(ctx context.Context, asked callmeta.Facts) (callmeta.Facts, 
 	case tenant == "":
 		return callmeta.Facts{}, status.Error(codes.PermissionDenied,
 			"the client certificate names no tenant (urn:levee:tenant:): it is not a caller's")
+	case (callmeta.Facts{Tenant: tenant}).Validate() != nil:
+		// Issued by the fleet's CA, but not a name levee-tenant could
+		// carry: it would reach logs, labels and shares unchecked.
+		return callmeta.Facts{}, status.Errorf(codes.PermissionDenied,
+			"the client certificate's tenant is not a valid tenant name (1..%d bytes of [A-Za-z0-9._-]); reissue it", callmeta.MaxTenantLen)
 	}
 	switch {
 	case f.Tenant == "":

@@ -33,7 +33,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // another CA, each loaded as a Source.
 type identities struct {
 	server, tenant, frontend, component, stranger *mtls.Source
-	caFile                                        string
+	// lowFrontend is a front end that may ask for batch at most;
+	// badTenant a caller whose certificate names a tenant no levee-tenant
+	// header could carry.
+	lowFrontend, badTenant *mtls.Source
+	caFile                 string
 }
 
 func issue(t *testing.T) identities {
@@ -70,6 +74,9 @@ func issue(t *testing.T) identities {
 			Priority: "critical"}),
 		component: load(ca, dir, "verifier", mtls.Leaf{Client: true, Roles: []string{mtls.RoleGateway, mtls.RoleAdmin}}),
 		stranger:  load(other, filepath.Join(dir, "other"), "shop", mtls.Leaf{Client: true, Tenant: "shop", Priority: "critical"}),
+		lowFrontend: load(ca, dir, "reports", mtls.Leaf{Client: true, Roles: []string{mtls.RoleFrontend}, Tenant: "reports",
+			Priority: "batch"}),
+		badTenant: load(ca, dir, "odd", mtls.Leaf{Client: true, Tenant: "shop eu/1", Priority: "interactive"}),
 		caFile:    filepath.Join(dir, "gateway", "ca.crt"),
 	}
 }
@@ -78,6 +85,13 @@ func issue(t *testing.T) identities {
 // given) whose health Check is bound by rules; each call's bound facts are
 // sent on the returned channel.
 func serve(t *testing.T, src *mtls.Source, rules caller.Rules) (string, <-chan callmeta.Facts) {
+	return serveAuth(t, src, rules, tls.VerifyClientCertIfGiven)
+}
+
+// serveAuth is serve with the handshake's client authentication given, as
+// the gateway sets it: RequireAndVerifyClientCert unless anonymous callers
+// are let in.
+func serveAuth(t *testing.T, src *mtls.Source, rules caller.Rules, clientAuth tls.ClientAuthType) (string, <-chan callmeta.Facts) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -89,7 +103,7 @@ func serve(t *testing.T, src *mtls.Source, rules caller.Rules) (string, <-chan c
 		return handler(ctx, req)
 	}
 	unary, stream := rules.Interceptors(healthpb.Health_Check_FullMethodName)
-	srv := grpc.NewServer(append(src.ServerOptions(tls.VerifyClientCertIfGiven), // nil src: plaintext
+	srv := grpc.NewServer(append(src.ServerOptions(clientAuth), // nil src: plaintext
 		grpc.ChainUnaryInterceptor(unary, record), grpc.ChainStreamInterceptor(stream))...)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	// A service the rules do not name, registered beside.
@@ -168,6 +182,11 @@ func TestBind(t *testing.T) {
 		{"anonymous, allowed, names a tenant", caller.Rules{AllowAnonymous: true}, anonymous,
 			[]string{callmeta.TenantKey, "shop"}, refused(codes.PermissionDenied)},
 		{"malformed priority", caller.Rules{}, ids.tenant.DialOption(""), []string{callmeta.PriorityKey, "urgent"}, refused(codes.InvalidArgument)},
+		{"front end asks above its ceiling", caller.Rules{}, ids.lowFrontend.DialOption(""),
+			[]string{callmeta.TenantKey, "bank", callmeta.PriorityKey, "interactive"}, refused(codes.PermissionDenied)},
+		{"front end names a tenant at its ceiling", caller.Rules{}, ids.lowFrontend.DialOption(""),
+			[]string{callmeta.TenantKey, "bank"}, ok("bank", callmeta.Batch)},
+		{"a certificate's tenant no header could carry", caller.Rules{}, ids.badTenant.DialOption(""), nil, refused(codes.PermissionDenied)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			addr, seen := serve(t, ids.server, tc.rules)
@@ -179,6 +198,26 @@ func TestBind(t *testing.T) {
 				t.Errorf("served as tenant %q priority %v attempt %d, want %q %v 1", f.Tenant, f.Priority, f.Attempt, tc.want.tenant, tc.want.priority)
 			}
 		})
+	}
+}
+
+// As the gateway serves by default, a handshake without a client
+// certificate fails, and the callers that have one are bound as above.
+func TestBindRequiringCertificates(t *testing.T) {
+	ids := issue(t)
+	addr, seen := serveAuth(t, ids.server, caller.Rules{}, tls.RequireAndVerifyClientCert)
+	if _, err := call(t, addr, withoutCertificate(t, ids.caFile), seen); status.Code(err) != codes.Unavailable {
+		t.Errorf("no certificate: %v, want the handshake to fail (UNAVAILABLE)", err)
+	}
+	if _, err := call(t, addr, ids.stranger.DialOption(""), seen); status.Code(err) != codes.Unavailable {
+		t.Errorf("another CA's certificate: %v, want the handshake to fail (UNAVAILABLE)", err)
+	}
+	if _, err := call(t, addr, ids.lowFrontend.DialOption(""), seen, callmeta.PriorityKey, "critical"); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a front end asking above its ceiling: %v, want PERMISSION_DENIED", err)
+	}
+	f, err := call(t, addr, ids.tenant.DialOption(""), seen, callmeta.PriorityKey, "batch")
+	if err != nil || f.Tenant != "shop" || f.Priority != callmeta.Batch {
+		t.Errorf("a tenant caller asking for batch: %+v, %v", f, err)
 	}
 }
 

@@ -188,3 +188,75 @@ func TestBudgetdOwnsItsEmbeddedEtcdUnderAnyName(t *testing.T) {
 		r.Stop()
 	}
 }
+
+// A lease sent to a follower reaches the leader bound to the certificate
+// that sent it: the follower binds it, the leader takes the binding from
+// a replica (and only from one), and neither accounts it under budgetd's
+// own name.
+func TestForwardedLeaseKeepsItsCallersName(t *testing.T) {
+	dir := t.TempDir()
+	if err := mtls.WriteDevelopmentSet(mtls.DevelopmentSet{Dir: dir, ValidFor: time.Hour}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	load := func(name string) *mtls.Source {
+		src, err := mtls.Settings{Dir: dir}.Load(name, mtls.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return src
+	}
+	var etcdURL string
+	r1 := budgetdtest.StartReplica(t, nil, func(c *budgetd.Config) {
+		c.TLS = load(mtls.IdentityBudgetd)
+		c.EmbeddedEtcd.TLS = mtls.Settings{Dir: dir}.Resolve(mtls.IdentityEtcd)
+		c.EmbeddedEtcd.ClientURL = strings.Replace(c.EmbeddedEtcd.ClientURL, "http://", "https://", 1)
+		c.EmbeddedEtcd.PeerURL = strings.Replace(c.EmbeddedEtcd.PeerURL, "http://", "https://", 1)
+		etcdURL = c.EmbeddedEtcd.ClientURL
+	})
+	budgetdtest.WaitLeader(t, leaderWait, r1)
+	r2 := budgetdtest.StartReplica(t, []string{etcdURL}, func(c *budgetd.Config) { c.TLS = load(mtls.IdentityBudgetd) })
+	leader := budgetdtest.WaitLeader(t, leaderWait, r1, r2)
+	follower := r1
+	if leader == r1 {
+		follower = r2
+	}
+	dial := func(r *budgetdtest.Replica, name string) budgetv1.BudgetServiceClient {
+		cc, err := grpc.NewClient(r.Addr(), load(name).DialOption(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return budgetv1.NewBudgetServiceClient(cc)
+	}
+	ctx := ctxT(t)
+	// The follower learns the leader's address from etcd; until it has,
+	// it refuses with UNAVAILABLE (a client then uses its local budget).
+	app := dial(follower, mtls.IdentityClient)
+	deadline := time.Now().Add(leaderWait)
+	for {
+		_, err := app.Lease(ctx, &budgetv1.LeaseRequest{ClientId: "x", Reports: []*budgetv1.KeyReport{report("verify", 50, 0)}})
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+			t.Fatalf("a lease through the follower: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := metricValue(t, follower.Server().Registry(), "levee_budgetd_forwarded_total", "rpc", "lease", "result", "ok"); got != 1 {
+		t.Errorf("follower forwarded %v leases, want 1", got)
+	}
+	st, err := dial(leader, mtls.IdentityAdmin).Status(ctx, &budgetv1.StatusRequest{Key: "verify"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, b := range st.GetBudgets() {
+		for _, c := range b.GetClients() {
+			ids = append(ids, c.GetClientId())
+		}
+	}
+	if len(ids) != 1 || ids[0] != "client:x" {
+		t.Errorf("the leader accounts the forwarded lease under %q, want [client:x]", ids)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/ledger"
+	"github.com/leveehq/levee/pkg/wellknown"
 )
 
 // The README's promise: with no verifier serving, a call is UNAVAILABLE and
@@ -101,14 +102,23 @@ func TestVerifierDetailsWithheldFromTheCaller(t *testing.T) {
 		t.Errorf("an unknown pepper key: %v; want FAILED_PRECONDITION with the generic message", err)
 	}
 	// A deadline the hash cannot meet, refused by the verifier from its
-	// estimate: the caller is not told the estimate.
+	// estimate: the caller is not told the estimate. A call counts only
+	// when the verifier itself refused it (its deadline drops rose by one),
+	// not when the gateway's hop ran out of time first.
 	stored := storedHash("pw", 8<<10, 3)
+	deadlineDrops := func() float64 {
+		return v.metric(t, wellknown.MetricVerifierDropped, map[string]string{"reason": "deadline"})
+	}
+	withheld := func() float64 {
+		return gw.metric(t, "levee_gateway_details_withheld_total", map[string]string{"code": "DeadlineExceeded"})
+	}
 	var refused error
 	for i := 0; refused == nil && i < 20; i++ {
+		d0, w0 := deadlineDrops(), withheld()
 		dctx, dcancel := context.WithTimeout(ctx, testDeadline.Margin+3*time.Millisecond)
 		_, err = gw.client.Verify(dctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")})
 		dcancel()
-		if code(err) == codes.DeadlineExceeded && gw.metric(t, "levee_gateway_details_withheld_total", map[string]string{"code": "DeadlineExceeded"}) > 0 {
+		if code(err) == codes.DeadlineExceeded && deadlineDrops() == d0+1 && withheld() == w0+1 {
 			refused = err
 		}
 	}

@@ -384,6 +384,28 @@ func TestCertificateNotValidNowRefusedAtLoadAndReload(t *testing.T) {
 		got["levee_tls_certificate_expiry_timestamp_seconds"] != float64(src.Leaf().NotAfter.Unix()) {
 		t.Errorf("metrics %v; want failing 1, failures 1, the served certificate's expiry", got)
 	}
+
+	// Rotated to one valid from two hours from now: refused the same way.
+	rotate := func(issuedAt time.Time) {
+		t.Helper()
+		certPEM, keyPEM, err := ca.Issue(serverLeaf(), issuedAt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := errors.Join(os.WriteFile(files.Cert, certPEM, 0o644), os.WriteFile(files.Key, keyPEM, 0o600)); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(1100 * time.Millisecond)
+	}
+	rotate(time.Now().Add(3 * time.Hour))
+	if got := src.Leaf().SerialNumber; got.Cmp(first) != 0 || src.Failures() != 2 || !errors.Is(src.Err(), ErrNotValidNow) {
+		t.Errorf("after a not-yet-valid rotation: serial %v (want %v), failures %d (want 2), err %v", got, first, src.Failures(), src.Err())
+	}
+	// And a good one ends the failure: it serves, and nothing is failing.
+	rotate(time.Now())
+	if got := src.Leaf().SerialNumber; got.Cmp(first) == 0 || src.Err() != nil {
+		t.Errorf("after a good rotation: still serving %v, err %v; want the new certificate and no error", got, src.Err())
+	}
 }
 
 func TestPolicy(t *testing.T) {

@@ -27,6 +27,7 @@ import (
 	"github.com/leveehq/levee/pkg/fleet"
 	"github.com/leveehq/levee/pkg/gateway"
 	"github.com/leveehq/levee/pkg/gateway/settings"
+	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/verify"
 )
 
@@ -153,28 +154,45 @@ func BenchmarkGoodput(b *testing.B) {
 	// stored=p4: the default policy's hashes (4 lanes each: two hashes at
 	// once share the 2 cores, so service time doubles under load here);
 	// stored=p1: one lane, so that each worker has a core of its own and
-	// service time does not depend on load.
+	// service time does not depend on load. tls=mutual: every hop, the
+	// callers' included, runs TLS with client certificates, as a fleet
+	// does by default; the others run plaintext.
+	p1 := verify.Params{Memory: 64 << 10, Iterations: 3, Parallelism: 1}
 	for _, tc := range []struct {
 		name   string
 		params verify.Params
 		tune   func(*gateway.Config)
+		tls    bool
 	}{
-		{"stored=p4/gateway=default", verify.DefaultPolicy().Params, nil},
-		{"stored=p1/gateway=default", verify.Params{Memory: 64 << 10, Iterations: 3, Parallelism: 1}, nil},
+		{"stored=p4/gateway=default", verify.DefaultPolicy().Params, nil, false},
+		{"stored=p1/gateway=default", p1, nil, false},
+		{"stored=p1/gateway=default/tls=mutual", p1, nil, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			for range b.N {
-				benchGoodput(b, tc.params, tc.tune)
+				benchGoodput(b, tc.params, tc.tune, tc.tls)
 			}
 		})
 	}
 }
 
-func benchGoodput(b *testing.B, params verify.Params, tune func(*gateway.Config)) {
+func benchGoodput(b *testing.B, params verify.Params, tune func(*gateway.Config), mutual bool) {
 	cfg := fleet.DefaultConfig()
 	cfg.Etcd.DataDir = b.TempDir()
-	cfg.Etcd.ClientURL = "http://127.0.0.1:" + strconv.Itoa(freePort(b))
-	cfg.Etcd.PeerURL = "http://127.0.0.1:" + strconv.Itoa(freePort(b))
+	scheme := "http://"
+	var caller *mtls.Source // nil: plaintext
+	if mutual {
+		cfg.TLSDir, scheme = b.TempDir(), "https://"
+		if err := mtls.WriteDevelopmentSet(mtls.DevelopmentSet{Dir: cfg.TLSDir, ValidFor: time.Hour}, time.Now()); err != nil {
+			b.Fatal(err)
+		}
+		var err error
+		if caller, err = (mtls.Settings{Dir: cfg.TLSDir}).Load(mtls.IdentityClient, mtls.Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cfg.Etcd.ClientURL = scheme + "127.0.0.1:" + strconv.Itoa(freePort(b))
+	cfg.Etcd.PeerURL = scheme + "127.0.0.1:" + strconv.Itoa(freePort(b))
 	cfg.GatewayPort, cfg.BudgetdPort, cfg.VerifierPort = 0, 0, 0
 	cfg.Workers = 1
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -211,8 +229,7 @@ func benchGoodput(b *testing.B, params verify.Params, tune func(*gateway.Config)
 		}
 		return err
 	}
-	cc, err := grpc.NewClient(addrs.Gateway, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(timeAttempts))
+	cc, err := grpc.NewClient(addrs.Gateway, caller.DialOption(""), grpc.WithUnaryInterceptor(timeAttempts))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -222,6 +239,7 @@ func benchGoodput(b *testing.B, params verify.Params, tune func(*gateway.Config)
 	bc.Target = addrs.Budgetd
 	bc.Keys = []string{"clients"}
 	bc.Logger = cfg.Logger
+	bc.DialOptions = []grpc.DialOption{caller.DialOption("")}
 	budgets, err := budget.New(bc)
 	if err != nil {
 		b.Fatal(err)

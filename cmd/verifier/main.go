@@ -128,6 +128,9 @@ func setup(cfg verifier.Config, o options, stderr io.Writer) (verifier.Config, e
 	}
 	if cfg.TLS.Plaintext() {
 		cfg.Logger.Warn("-insecure: plaintext gRPC and etcd; passwords cross the network in the clear")
+		if cfg.EnableCapacityKnob {
+			cfg.Logger.Warn("-insecure with -enable-capacity-knob: anyone who reaches this port may slow this verifier down; no identity guards the knob without TLS")
+		}
 	}
 	if o.pepperFile != "" {
 		p, err := verify.LoadPepperFile(o.pepperFile, cfg.Logger)

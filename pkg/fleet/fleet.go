@@ -56,8 +56,8 @@ type Config struct {
 	// TLSDir holds a development set of certificates
 	// (mtls.WriteDevelopmentSet): every component serves and dials mutual
 	// TLS with its own identity from it, etcd included, and the gateway's
-	// port serves TLS with client certificates optional. Empty: plaintext
-	// everywhere.
+	// callers present a certificate naming their tenant (the set's client
+	// or frontend). Empty: plaintext everywhere.
 	TLSDir string
 	// Logger receives every component's logs, each tagged with its name.
 	Logger *slog.Logger

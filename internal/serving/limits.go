@@ -48,14 +48,15 @@ type Limits struct {
 	MinPingInterval time.Duration
 }
 
-// DefaultLimits: 4,096 connections, 256 of them from one source address,
+// DefaultLimits: 4,096 connections, 1,024 of them from one source address,
 // 1,000 streams per connection, 16 KiB of headers, a 10 s handshake, idle
 // connections closed after a minute, every connection after 30 minutes
 // (1 minute of grace), pings at most every 5 s.
 //
-// 256 per source: one peer holds at most a sixteenth of the connections, and
-// a few hundred client processes behind one NAT address still connect (a
-// gRPC client holds one connection per server). An idle minute: a caller
+// 1,024 per source: one peer holds at most a quarter of the connections, and
+// the hundreds of client processes a big host runs, or a NAT address hides,
+// still connect (a gRPC client holds one connection per server; budgetd's
+// tests run 500 clients on one address). An idle minute: a caller
 // that verifies less often than that pays one handshake per call.
 //
 // 1,000 streams: the gateway multiplexes its calls to a verifier on one
@@ -66,7 +67,7 @@ type Limits struct {
 func DefaultLimits() Limits {
 	return Limits{
 		MaxConnections:          4096,
-		MaxConnectionsPerSource: 256,
+		MaxConnectionsPerSource: 1024,
 		MaxStreams:              1000,
 		MaxHeaderBytes:          16 << 10,
 		HandshakeTimeout:        10 * time.Second,

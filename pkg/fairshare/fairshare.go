@@ -1,0 +1,363 @@
+// Package fairshare shares a concurrency limit among tenants, so that one
+// tenant's storm cannot take the others' calls, without a queue and without
+// leaving the limit idle.
+//
+// The gateway admits a call against its limit of L calls in flight
+// (package admission) and then asks Shares whether the call's tenant may
+// have it. A Shares promises:
+//
+//   - Each active tenant (one that has a call in flight, or asked within
+//     Window) is guaranteed its share: the limit × its weight ÷ the active
+//     tenants' weights. Room is held for a tenant's share while it needs
+//     it; a tenant over its share is admitted only into room that leaves
+//     every other tenant what it needs.
+//   - A tenant under its share on average (below underFraction of it over
+//     Window) may burst past its share into any room, and room is held for
+//     its recent peak and headroom, up to burstShare times its share: a
+//     tenant that used less than its share has credit, as in deficit round
+//     robin, and a flood next to it gives way.
+//   - Work-conserving: a tenant alone may use the whole limit; a tenant may
+//     use what the others do not need.
+//   - A tenant with nothing in flight is never refused here: its first call
+//     goes in whenever the limiter has room, however many tenants share it.
+//   - Bounded: at most MaxTenants tenants are tracked at once; calls of any
+//     other tenant share one entry (Other) until a tracked one goes idle.
+//     Acquire and Release are O(1); the shares are recomputed every Tick,
+//     and whenever the limit changes, in O(tenants).
+//
+// A call holds its place for as long as it is in flight. Where the places
+// are about as many as the verifiers' workers, equal shares of places are
+// equal shares of hashing time, whatever each call costs: a tenant whose
+// hashes cost five times the others' gets a fifth as many of them. Places
+// beyond the workers are queue, served first come first served by the
+// verifiers, and tilt hashing time toward the costlier calls (the tests
+// measure how far).
+//
+// What brings a tenant back: every admitted call is released (answered,
+// refused downstream, cut, or expired), so its in-flight cost returns to
+// zero; a tenant that asks for nothing for Window is inactive, its weight
+// leaves the others' shares and its need leaves the reserve at the next
+// Tick, and its entry is dropped after 2 × Window idle. A weight change
+// applies at the next call.
+package fairshare
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// Other is the tenant that calls are accounted to once MaxTenants tenants
+// are tracked.
+const Other = "_other"
+
+// Config configures a Shares.
+type Config struct {
+	// Window is how long a tenant's demand is remembered, and how long a
+	// tenant that asks for nothing stays active.
+	Window time.Duration
+	// Tick is how often the shares and the reserve are recomputed.
+	Tick time.Duration
+	// MaxTenants bounds the tenants tracked at once.
+	MaxTenants int
+	// DefaultWeight is the weight of a tenant without one of its own.
+	DefaultWeight float64
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// DefaultConfig: demand remembered for 1 s, shares recomputed every 100 ms,
+// 4,096 tenants tracked, weight 1.
+func DefaultConfig() Config {
+	return Config{Window: time.Second, Tick: 100 * time.Millisecond, MaxTenants: 4096, DefaultWeight: 1}
+}
+
+// Validate reports every invalid field.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Window <= 0 {
+		errs = append(errs, fmt.Errorf("fairshare: Window must be positive, got %v", c.Window))
+	}
+	if c.Tick <= 0 || c.Tick > c.Window {
+		errs = append(errs, fmt.Errorf("fairshare: Tick must be in (0, Window], got %v", c.Tick))
+	}
+	if c.MaxTenants < 1 {
+		errs = append(errs, fmt.Errorf("fairshare: MaxTenants must be at least 1, got %d", c.MaxTenants))
+	}
+	if err := checkWeight(c.DefaultWeight); err != nil {
+		errs = append(errs, fmt.Errorf("fairshare: DefaultWeight: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func checkWeight(w float64) error {
+	if !(w > 0) || math.IsInf(w, 0) || w > 1e6 {
+		return fmt.Errorf("a weight must be in (0, 1e6], got %v", w)
+	}
+	return nil
+}
+
+// Shares is safe for concurrent use.
+type Shares struct {
+	cfg Config
+	now func() time.Time
+
+	mu       sync.Mutex
+	weights  map[string]float64 // configured weights; others get DefaultWeight
+	tenants  map[string]*tenant
+	active   float64 // Σ weight of the active tenants
+	reserve  float64 // Σ over active tenants of max(0, need − inflight)
+	total    float64 // the calls in flight, every tenant's
+	limit    int64   // the limit the shares were last computed for
+	nextTick time.Time
+	lastTick time.Time
+	half     time.Time // when the current demand bucket started
+}
+
+type tenant struct {
+	name     string
+	weight   float64
+	inflight float64 // its calls in flight
+	// demand is the most calls held or asked for at once, in the current
+	// and the previous half Window.
+	demandCur, demandPrev float64
+	lastAsk               time.Time
+	isActive              bool
+	share                 float64 // limit × weight ÷ active weight, at the last tick
+	deficit               float64 // max(0, need − inflight), counted in Shares.reserve
+	// usage is the calls in flight averaged over time (an exponential
+	// average with time constant Window), from area, the in-flight
+	// call-seconds since the last tick, accrued at every change.
+	usage, area float64
+	lastChange  time.Time
+	// under is usage < share at the last tick: the tenant takes less than
+	// its share on average, and may burst past it into any room.
+	under bool
+}
+
+// New returns Shares for cfg, or cfg's validation error.
+func New(cfg Config) (*Shares, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	t := now()
+	return &Shares{cfg: cfg, now: now, weights: map[string]float64{}, tenants: map[string]*tenant{},
+		nextTick: t, lastTick: t, half: t}, nil
+}
+
+// SetWeights replaces the configured weights (tenant → weight); tenants not
+// named get DefaultWeight. They apply from the next Tick.
+func (s *Shares) SetWeights(w map[string]float64) error {
+	for name, v := range w {
+		if err := checkWeight(v); err != nil {
+			return fmt.Errorf("fairshare: tenant %q: %w", name, err)
+		}
+	}
+	c := make(map[string]float64, len(w))
+	for k, v := range w {
+		c[k] = v
+	}
+	s.mu.Lock()
+	s.weights = c
+	s.nextTick = time.Time{} // recompute at the next call
+	s.mu.Unlock()
+	return nil
+}
+
+// Ticket is an admitted call's hold on its tenant's share; Release it once.
+type Ticket struct{ t *tenant }
+
+// Acquire reports whether tenant may have one more call in flight under a
+// limiter that holds at most limit calls (and admitted this one). On true
+// the caller owes Release(ticket).
+func (s *Shares) Acquire(name string, limit int64) (Ticket, bool) {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tickLocked(now, limit)
+	t := s.tenantLocked(name, now)
+	t.lastAsk = now
+	t.accrue(now)
+	if !t.isActive {
+		s.activateLocked(t)
+	}
+	if ask := t.inflight + 1; ask > t.demandCur {
+		t.demandCur = ask
+		s.setDeficitLocked(t)
+	}
+	// A tenant under its share, on average and now, may burst into any
+	// room; the others only into room that leaves every other tenant what
+	// it needs.
+	others := s.reserve - t.deficit
+	under := t.under && t.inflight < t.share
+	admit := t.inflight == 0 || under || s.total+1 <= float64(s.limit)-others
+	if !admit {
+		return Ticket{}, false
+	}
+	t.inflight++
+	s.total++
+	s.setDeficitLocked(t)
+	return Ticket{t}, true
+}
+
+// Release ends an admitted call's hold.
+func (s *Shares) Release(tk Ticket) {
+	if tk.t == nil {
+		return
+	}
+	now := s.now()
+	s.mu.Lock()
+	tk.t.accrue(now)
+	tk.t.inflight--
+	s.total--
+	if tk.t.isActive {
+		s.setDeficitLocked(tk.t)
+	}
+	s.mu.Unlock()
+}
+
+// tenantLocked returns name's entry, making it if there is room, else
+// Other's.
+func (s *Shares) tenantLocked(name string, now time.Time) *tenant {
+	if t := s.tenants[name]; t != nil {
+		return t
+	}
+	if len(s.tenants) >= s.cfg.MaxTenants-1 { // the last entry is Other's
+		name = Other
+		if t := s.tenants[name]; t != nil {
+			return t
+		}
+	}
+	t := &tenant{name: name, weight: s.weightOf(name), lastAsk: now, lastChange: now, under: true}
+	s.tenants[name] = t
+	return t
+}
+
+func (s *Shares) weightOf(name string) float64 {
+	if w, ok := s.weights[name]; ok {
+		return w
+	}
+	return s.cfg.DefaultWeight
+}
+
+// activateLocked counts t among the active tenants until the next tick:
+// its share is what it would get with the others' as they stand.
+func (s *Shares) activateLocked(t *tenant) {
+	t.isActive = true
+	s.active += t.weight
+	t.share = float64(s.limit) * t.weight / s.active
+	t.deficit = 0
+	s.setDeficitLocked(t)
+}
+
+// accrue adds t's in-flight call-seconds since its last change.
+func (t *tenant) accrue(now time.Time) {
+	if dt := now.Sub(t.lastChange); dt > 0 {
+		t.area += t.inflight * dt.Seconds()
+		t.lastChange = now
+	}
+}
+
+// setDeficitLocked brings t's part of the reserve up to date. A tenant over
+// its share needs its recent peak and one call more, at most its share. One
+// under it needs its whole share, and past it its recent peak, one call
+// and a Poisson burst's headroom (√ of the peak, in calls), up to
+// burstShare times its share.
+func (s *Shares) setDeficitLocked(t *tenant) {
+	if !t.isActive {
+		return
+	}
+	peak := max(t.demandCur, t.demandPrev)
+	need := math.Min(t.share, peak+1)
+	if t.under {
+		need = math.Max(t.share, math.Min(peak+1+math.Sqrt(peak), burstShare*t.share))
+	}
+	d := math.Max(need-t.inflight, 0)
+	s.reserve += d - t.deficit
+	t.deficit = d
+}
+
+// tickLocked recomputes the active set, the shares and the reserve, at most
+// once per Tick, and rolls the demand buckets every half Window.
+func (s *Shares) tickLocked(now time.Time, limit int64) {
+	if now.Before(s.nextTick) && limit == s.limit {
+		return
+	}
+	dt := now.Sub(s.lastTick).Seconds()
+	s.nextTick, s.lastTick, s.limit = now.Add(s.cfg.Tick), now, limit
+	roll := now.Sub(s.half) >= s.cfg.Window/2
+	if roll {
+		s.half = now
+	}
+	s.active, s.reserve = 0, 0
+	for name, t := range s.tenants {
+		if roll {
+			t.demandPrev, t.demandCur = t.demandCur, t.inflight
+		}
+		t.weight = s.weightOf(name)
+		t.accrue(now)
+		if dt > 0 {
+			alpha := math.Min(dt/s.cfg.Window.Seconds(), 1)
+			t.usage += alpha * (t.area/dt - t.usage)
+		}
+		t.area = 0
+		idle := now.Sub(t.lastAsk)
+		t.isActive = t.inflight > 0 || idle < s.cfg.Window
+		t.deficit = 0
+		if t.isActive {
+			s.active += t.weight
+		} else if idle >= 2*s.cfg.Window {
+			delete(s.tenants, name)
+		}
+	}
+	for _, t := range s.tenants {
+		if t.isActive {
+			t.share = float64(s.limit) * t.weight / s.active
+			t.under = t.usage < underFraction*t.share
+			s.setDeficitLocked(t)
+		}
+	}
+}
+
+// Snapshot is the state of one tenant, for status pages, metrics and tests.
+type Snapshot struct {
+	Tenant   string
+	Weight   float64
+	InFlight int64
+	Share    float64
+	Active   bool
+}
+
+// Snapshot returns every tracked tenant's state.
+func (s *Shares) Snapshot() []Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Snapshot, 0, len(s.tenants))
+	for _, t := range s.tenants {
+		out = append(out, Snapshot{Tenant: t.name, Weight: t.weight, InFlight: int64(t.inflight), Share: t.share, Active: t.isActive})
+	}
+	return out
+}
+
+// Tracked is how many tenants have an entry now.
+func (s *Shares) Tracked() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.tenants)
+}
+
+// underFraction: a tenant whose average use is below this fraction of its
+// share counts as under it, and may burst past it. One that uses its whole
+// share on average (a flood held at it) does not.
+const underFraction = 0.75
+
+// burstShare bounds what a tenant under its share may hold room for: its
+// recent peak and headroom, up to this multiple of its share. The room
+// comes out of tenants over their share.
+const burstShare = 1.5

@@ -177,6 +177,18 @@ type Ticket struct{ t *tenant }
 // limiter that holds at most limit calls (and admitted this one). On true
 // the caller owes Release(ticket).
 func (s *Shares) Acquire(name string, limit int64) (Ticket, bool) {
+	return s.acquire(name, limit, false)
+}
+
+// AcquireAnyway counts one more call of tenant in flight without asking:
+// for a call the limiter admits whatever the shares (a critical first
+// attempt, from its reserve). The caller owes Release(ticket).
+func (s *Shares) AcquireAnyway(name string, limit int64) Ticket {
+	tk, _ := s.acquire(name, limit, true)
+	return tk
+}
+
+func (s *Shares) acquire(name string, limit int64, anyway bool) (Ticket, bool) {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -196,7 +208,7 @@ func (s *Shares) Acquire(name string, limit int64) (Ticket, bool) {
 	// it needs.
 	others := s.reserve - t.deficit
 	under := t.under && t.inflight < t.share
-	admit := t.inflight == 0 || under || s.total+1 <= float64(s.limit)-others
+	admit := anyway || t.inflight == 0 || under || s.total+1 <= float64(s.limit)-others
 	if !admit {
 		return Ticket{}, false
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/leveehq/levee/pkg/admission"
 	"github.com/leveehq/levee/pkg/callmeta"
+	"github.com/leveehq/levee/pkg/fairshare"
 )
 
 // call is what the gateway knows of one call to Verify or Hash, worked out
@@ -28,6 +29,8 @@ type call struct {
 	// metrics are the call's class's counters (priority × attempt class),
 	// looked up once.
 	metrics *classMetrics
+	// share is the call's hold on its tenant's share, once admitted.
+	share fairshare.Ticket
 }
 
 // newCall reads the facts the server interceptor stored in ctx and works

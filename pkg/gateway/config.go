@@ -12,6 +12,7 @@ import (
 	"github.com/leveehq/levee/pkg/admission"
 	"github.com/leveehq/levee/pkg/breaker"
 	"github.com/leveehq/levee/pkg/deadline"
+	"github.com/leveehq/levee/pkg/fairshare"
 	"github.com/leveehq/levee/pkg/mtls"
 	"github.com/leveehq/levee/pkg/registry"
 	"github.com/leveehq/levee/pkg/wellknown"
@@ -83,6 +84,15 @@ type Config struct {
 	Breaker breaker.Config
 	// Autopilot configures the recovery autopilot.
 	Autopilot AutopilotConfig
+	// FairShare shares the admission limit among tenants (package
+	// fairshare): while the limit is contended, a tenant over its weighted
+	// share is refused (reason tenant_share) so that the others get
+	// theirs; a tenant alone may use all of it. Critical first attempts
+	// are counted but never refused for it. Off: the limit goes to
+	// whoever arrives. The runtime setting "fairness" overrides it.
+	FairShare bool
+	// Tenants configures the sharing; its Now is the gateway's Clock.
+	Tenants fairshare.Config
 	// Margin says what the bistability margin gauge assumes of the callers.
 	Margin MarginConfig
 
@@ -218,6 +228,8 @@ func DefaultConfig() Config {
 			RampQueueWait:  200 * time.Millisecond,
 			StandDownAfter: 5,
 		},
+		FairShare:     true,
+		Tenants:       fairshare.DefaultConfig(),
 		Margin:        MarginConfig{Attempts: 3, RetryRatio: -1},
 		PushbackMin:   100 * time.Millisecond,
 		PushbackMax:   1000 * time.Millisecond,
@@ -229,6 +241,9 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	if err := c.ServerLimits.Validate(); err != nil {
 		return fmt.Errorf("gateway: ServerLimits: %w", err)
+	}
+	if err := c.Tenants.Validate(); err != nil {
+		return fmt.Errorf("gateway: Tenants: %w", err)
 	}
 	if len(c.EtcdEndpoints) == 0 && len(c.Verifiers) == 0 {
 		return errors.New("gateway: no verifiers: set EtcdEndpoints (to follow registrations) or Verifiers")

@@ -26,6 +26,8 @@ var (
 		"gateway overloaded: concurrency limit reached; retry after the pushback")
 	errOverShare = status.Error(codes.ResourceExhausted,
 		"gateway overloaded: shedding this priority and attempt class; retry after the pushback")
+	errOverTenantShare = status.Error(codes.ResourceExhausted,
+		"gateway overloaded: this tenant is over its share while others wait; retry after the pushback")
 	errBusy = status.Error(codes.ResourceExhausted,
 		"gateway overloaded: every verifier's workers are busy; retry after the pushback")
 	errNoVerifier = status.Error(codes.Unavailable,
@@ -88,6 +90,19 @@ func (g *Gateway) admit(ctx context.Context, c *call) error {
 		c.metrics.refused[reasonIndexLimit].Inc()
 		g.pushback(ctx)
 		return errOverLimit
+	}
+	if g.fair.Load() {
+		limit := int64(g.limiter.Limit())
+		if c.critical {
+			c.share = g.shares.AcquireAnyway(c.facts.Tenant, limit)
+		} else if tk, ok := g.shares.Acquire(c.facts.Tenant, limit); ok {
+			c.share = tk
+		} else {
+			g.limiter.Release(admission.Sample{Outcome: admission.OutcomeIgnore})
+			c.metrics.refused[reasonIndexTenant].Inc()
+			g.pushback(ctx)
+			return errOverTenantShare
+		}
 	}
 	g.auto.sawInflight(g.limiter.InFlight())
 	return nil
@@ -201,6 +216,7 @@ func (g *Gateway) forwardUnguarded(ctx context.Context, c *call, hop hopFunc) er
 func (g *Gateway) releaseAdmission(c *call, s admission.Sample) {
 	s.Critical = c.critical
 	g.limiter.Release(s)
+	g.shares.Release(c.share)
 }
 
 func (g *Gateway) invalid(c *call, err error) error {

@@ -64,6 +64,7 @@ import (
 	"github.com/leveehq/levee/pkg/budget"
 	"github.com/leveehq/levee/pkg/caller"
 	"github.com/leveehq/levee/pkg/callmeta"
+	"github.com/leveehq/levee/pkg/fairshare"
 	"github.com/leveehq/levee/pkg/gateway/internal/upstream"
 	"github.com/leveehq/levee/pkg/gateway/settings"
 	"github.com/leveehq/levee/pkg/verify"
@@ -80,6 +81,8 @@ type Gateway struct {
 
 	clock     Clock
 	limiter   *admission.Limiter
+	shares    *fairshare.Shares // the limit shared among tenants
+	fair      atomic.Bool       // shares are enforced (FairShare, or the fairness setting)
 	verifiers *upstream.Set
 	parser    *verify.Verifier
 
@@ -138,12 +141,18 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	cfg.Tenants.Now = clock.Now
+	shares, err := fairshare.New(cfg.Tenants)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	g := &Gateway{
 		cfg:         cfg,
 		clock:       clock,
 		log:         cfg.Logger,
 		reg:         cfg.Registry,
 		limiter:     limiter,
+		shares:      shares,
 		parser:      parser,
 		health:      health.NewServer(),
 		streams:     serving.NewStreams(),
@@ -166,6 +175,7 @@ func New(cfg Config) (*Gateway, error) {
 	brk := cfg.Breaker
 	g.brkCfg.Store(&brk)
 	g.settings.Store(&settings.Settings{})
+	g.fair.Store(cfg.FairShare && !cfg.Unguarded)
 	for i := range g.pushbacks {
 		span := cfg.PushbackMax - cfg.PushbackMin
 		g.pushbacks[i] = callmeta.PushbackTrailer(cfg.PushbackMin + time.Duration(float64(span)*float64(i)/float64(len(g.pushbacks)-1)))

@@ -11,12 +11,13 @@ import (
 
 // Refusal reasons: the bounded values of the reason label.
 const (
-	reasonLimit      = "limit"       // the whole limit is in use
-	reasonPriority   = "priority"    // over this class's share of the limit
-	reasonDeadline   = "deadline"    // remaining time cannot cover a verification
-	reasonNoVerifier = "no_verifier" // none serving, or every breaker open
-	reasonBusy       = "busy"        // every serving verifier's slots are held
-	nReasons         = 5
+	reasonLimit      = "limit"        // the whole limit is in use
+	reasonPriority   = "priority"     // over this class's share of the limit
+	reasonDeadline   = "deadline"     // remaining time cannot cover a verification
+	reasonNoVerifier = "no_verifier"  // none serving, or every breaker open
+	reasonBusy       = "busy"         // every serving verifier's slots are held
+	reasonTenant     = "tenant_share" // the caller's tenant is over its share while others need theirs
+	nReasons         = 6
 )
 
 // Indexes into reasons, for the allocation-free counters.
@@ -26,9 +27,10 @@ const (
 	reasonIndexDeadline
 	reasonIndexNoVerifier
 	reasonIndexBusy
+	reasonIndexTenant
 )
 
-var reasons = [nReasons]string{reasonLimit, reasonPriority, reasonDeadline, reasonNoVerifier, reasonBusy}
+var reasons = [nReasons]string{reasonLimit, reasonPriority, reasonDeadline, reasonNoVerifier, reasonBusy, reasonTenant}
 
 const (
 	nPriorities = 4 // unspecified, critical, interactive, batch

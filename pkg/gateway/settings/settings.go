@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leveehq/levee/internal/strictjson"
+	"github.com/leveehq/levee/pkg/callmeta"
 )
 
 // MaxSize bounds the settings value read from etcd, in bytes.
@@ -47,7 +48,16 @@ type Settings struct {
 	BreakerFailureRate *float64  `json:"breaker_failure_rate,omitempty"`
 	BreakerOpenFor     *Duration `json:"breaker_open_for,omitempty"`
 	BreakerMinRequests *int      `json:"breaker_min_requests,omitempty"`
+	// Fairness turns sharing the limit among tenants on or off.
+	Fairness *bool `json:"fairness,omitempty"`
+	// TenantWeights weighs tenants' shares of the limit (weight 1 for a
+	// tenant not named): a tenant of weight 3 gets three times the share
+	// of one of weight 1 while both need it.
+	TenantWeights map[string]float64 `json:"tenant_weights,omitempty"`
 }
+
+// MaxTenantWeights bounds the tenants TenantWeights may name.
+const MaxTenantWeights = 1024
 
 // Duration is a time.Duration written as a Go duration string ("250ms").
 type Duration time.Duration
@@ -106,6 +116,16 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("breaker_open_for must be in (0, 1h], got %v", time.Duration(*s.BreakerOpenFor))
 	case s.BreakerMinRequests != nil && (*s.BreakerMinRequests < 1 || *s.BreakerMinRequests > 1_000_000):
 		return fmt.Errorf("breaker_min_requests must be in [1, 1000000], got %d", *s.BreakerMinRequests)
+	case len(s.TenantWeights) > MaxTenantWeights:
+		return fmt.Errorf("tenant_weights names %d tenants, at most %d", len(s.TenantWeights), MaxTenantWeights)
+	}
+	for name, w := range s.TenantWeights {
+		if err := (callmeta.Facts{Tenant: name}).Validate(); err != nil || name == "" {
+			return fmt.Errorf("tenant_weights: %q is not a tenant name (1..%d bytes of [A-Za-z0-9._-])", truncate(name, 32), callmeta.MaxTenantLen)
+		}
+		if !(w > 0 && w <= 1e6) {
+			return fmt.Errorf("tenant_weights: %s's weight must be in (0, 1000000], got %v", name, w)
+		}
 	}
 	for _, f := range []struct {
 		name   string

@@ -1,6 +1,7 @@
 package settings
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +13,7 @@ func TestParse(t *testing.T) {
 		`{"clamp": 0}`,
 		`{"clamp": 40, "ceiling": 500, "critical_reserve": 0.2, "batch_share": 0.5, "retry_share": 0.9,
 		  "autopilot": true, "client_timeout": "2s", "breaker_failure_rate": 0.5, "breaker_open_for": "5s",
-		  "breaker_min_requests": 20}`,
+		  "breaker_min_requests": 20, "fairness": false, "tenant_weights": {"bank": 3, "shop.eu": 0.5}}`,
 	}
 	for _, s := range ok {
 		if _, err := Parse([]byte(s)); err != nil {
@@ -37,6 +38,11 @@ func TestParse(t *testing.T) {
 		`{"breaker_failure_rate": 1.01}`:   "breaker_failure_rate must be in",
 		`{"autopilot": "yes"}`:             "autopilot must be true or false",
 		strings.Repeat(" ", 17<<10) + "{}": "more than the",
+		`{"tenant_weights": {"bank": 0}}`:  "bank's weight must be in",
+		`{"tenant_weights": {"a b": 1}}`:   "is not a tenant name",
+		`{"tenant_weights": {"": 1}}`:      "is not a tenant name",
+		`{"tenant_weights": {"x": 1e7}}`:   "weight must be in",
+		`{"tenant_weights": [1]}`:          "tenant_weights",
 	}
 	for in, want := range bad {
 		_, err := Parse([]byte(in))
@@ -103,4 +109,19 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("round trip of %q: %s, %v", data, again, err)
 		}
 	})
+}
+
+func TestTenantWeightsBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"tenant_weights": {`)
+	for i := range MaxTenantWeights + 1 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `"t%d": 1`, i)
+	}
+	b.WriteString("}}")
+	if _, err := Parse([]byte(b.String())); err == nil || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("Parse of %d tenant weights = %v, want an error naming the bound", MaxTenantWeights+1, err)
+	}
 }

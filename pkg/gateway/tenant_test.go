@@ -1,0 +1,83 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/internal/testlock"
+	"github.com/leveehq/levee/pkg/callmeta"
+	"github.com/leveehq/levee/pkg/gateway/settings"
+	"google.golang.org/grpc/status"
+)
+
+// A tenant at 0.3 C beside one flooding at 3 C, over real gRPC: with the
+// limit shared by tenant the quiet one keeps most of its calls and the
+// flood takes the rest of the fleet; with fairness off (the runtime
+// setting) it gets what the flood leaves. Counted, per tenant.
+func TestNoisyTenantOverGRPC(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load test; runs in the full suite")
+	}
+	testlock.Quiet(t) // judged by what a loaded fleet answers in time
+	v1, v2 := startVerifier(t, nil), startVerifier(t, nil)
+	gw := startGateway(t, gatewayConfig(v1.addr, v2.addr))
+	gw.waitServing(t, 2)
+	v1.slow(t, 20)
+	v2.slow(t, 20)
+	stored := storedHash("pw", 512, 1)
+	workers := int(v1.metric(t, "levee_verifier_workers_active", nil) + v2.metric(t, "levee_verifier_workers_active", nil))
+	capacity := capacityOf(t, gw, stored, workers)
+	t.Logf("capacity %.0f/s (%d workers)", capacity, workers)
+
+	run := func(fair bool) (quiet, total float64) {
+		if err := gw.g.ApplySettings(settings.Settings{Fairness: &fair}); err != nil {
+			t.Fatal(err)
+		}
+		var asked, served [2]atomic.Int64
+		var mu sync.Mutex
+		whyQuiet := map[string]int{}
+		rates := [2]float64{0.3 * capacity, 3 * capacity}
+		done := make(chan struct{})
+		for i, tenant := range []string{"quiet", "flood"} {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				openLoop(rates[i], 8*time.Second, func(int) callmeta.Priority { return callmeta.Interactive }, func(int, callmeta.Priority) {
+					ctx, cancel := context.WithTimeout(callmeta.AppendOutgoing(context.Background(),
+						callmeta.Facts{Attempt: 1, Priority: callmeta.Interactive, Tenant: tenant}), 2*time.Second)
+					defer cancel()
+					asked[i].Add(1)
+					if _, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")}); err == nil {
+						served[i].Add(1)
+					} else if i == 0 {
+						mu.Lock()
+						whyQuiet[status.Convert(err).Message()]++
+						mu.Unlock()
+					}
+				})
+			}()
+		}
+		<-done
+		<-done
+		quiet = float64(served[0].Load()) / float64(asked[0].Load())
+		t.Logf("fair %v: quiet served %d of %d (%.3f), flood %d of %d; refused for the tenant's share %v", fair,
+			served[0].Load(), asked[0].Load(), quiet, served[1].Load(), asked[1].Load(),
+			gw.metric(t, "levee_gateway_refused_total", map[string]string{"reason": "tenant_share"}))
+		t.Logf("the quiet tenant's refusals: %v", whyQuiet)
+		return quiet, float64(served[0].Load() + served[1].Load())
+	}
+	unfair, unfairTotal := run(false)
+	fair, fairTotal := run(true)
+	// What the quiet tenant still loses with fairness on is the verifiers'
+	// doing: its calls wait behind the flood's in their queues, first come
+	// first served, and some are refused there for their deadline.
+	if fair < 0.75 || fair < unfair+0.25 {
+		t.Errorf("the quiet tenant kept %.3f of its calls with fairness, %.3f without: want ≥ 0.75 and 0.25 more", fair, unfair)
+	}
+	if fairTotal < 0.85*unfairTotal {
+		t.Errorf("the fleet served %.0f calls with fairness, %.0f without: sharing must not idle it", fairTotal, unfairTotal)
+	}
+}

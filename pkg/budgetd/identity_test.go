@@ -29,24 +29,12 @@ import (
 // ForgetAfter's worth) under at most MaxClientsPerIdentity client ids,
 // however it spreads its reports.
 func TestLeasesAreBoundToTheCertificate(t *testing.T) {
-	dir := t.TempDir()
-	if err := mtls.WriteDevelopmentSet(mtls.DevelopmentSet{Dir: dir, ValidFor: time.Hour}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	load := func(name string) *mtls.Source {
-		src, err := mtls.Settings{Dir: dir}.Load(name, mtls.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return src
-	}
+	dir, load := developmentSet(t)
 	const maxRate = 100.0 // a second, per identity; a bucket of ForgetAfter (10 s) of it
 	var etcdURL, prefix string
 	r := budgetdtest.StartReplica(t, nil, func(c *budgetd.Config) {
 		c.TLS = load(mtls.IdentityBudgetd)
-		c.EmbeddedEtcd.TLS = mtls.Settings{Dir: dir}.Resolve(mtls.IdentityEtcd)
-		c.EmbeddedEtcd.ClientURL = strings.Replace(c.EmbeddedEtcd.ClientURL, "http://", "https://", 1)
-		c.EmbeddedEtcd.PeerURL = strings.Replace(c.EmbeddedEtcd.PeerURL, "http://", "https://", 1)
+		embeddedOverTLS(dir, &c.EmbeddedEtcd)
 		etcdURL, prefix = c.EmbeddedEtcd.ClientURL, c.Prefix
 		c.MaxClientRate, c.MaxClientsPerIdentity = maxRate, 3
 	})
@@ -177,9 +165,7 @@ func TestBudgetdOwnsItsEmbeddedEtcdUnderAnyName(t *testing.T) {
 	for i, prefix := range []string{"/first/", "/second/"} {
 		r := budgetdtest.StartReplica(t, nil, func(c *budgetd.Config) {
 			if i == 0 {
-				c.EmbeddedEtcd.TLS = mtls.Settings{Dir: dir}.Resolve(mtls.IdentityEtcd)
-				c.EmbeddedEtcd.ClientURL = strings.Replace(c.EmbeddedEtcd.ClientURL, "http://", "https://", 1)
-				c.EmbeddedEtcd.PeerURL = strings.Replace(c.EmbeddedEtcd.PeerURL, "http://", "https://", 1)
+				embeddedOverTLS(dir, &c.EmbeddedEtcd)
 				emb = c.EmbeddedEtcd
 			}
 			c.EmbeddedEtcd, c.TLS, c.Prefix = emb, src, prefix
@@ -194,23 +180,11 @@ func TestBudgetdOwnsItsEmbeddedEtcdUnderAnyName(t *testing.T) {
 // a replica (and only from one), and neither accounts it under budgetd's
 // own name.
 func TestForwardedLeaseKeepsItsCallersName(t *testing.T) {
-	dir := t.TempDir()
-	if err := mtls.WriteDevelopmentSet(mtls.DevelopmentSet{Dir: dir, ValidFor: time.Hour}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	load := func(name string) *mtls.Source {
-		src, err := mtls.Settings{Dir: dir}.Load(name, mtls.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return src
-	}
+	dir, load := developmentSet(t)
 	var etcdURL string
 	r1 := budgetdtest.StartReplica(t, nil, func(c *budgetd.Config) {
 		c.TLS = load(mtls.IdentityBudgetd)
-		c.EmbeddedEtcd.TLS = mtls.Settings{Dir: dir}.Resolve(mtls.IdentityEtcd)
-		c.EmbeddedEtcd.ClientURL = strings.Replace(c.EmbeddedEtcd.ClientURL, "http://", "https://", 1)
-		c.EmbeddedEtcd.PeerURL = strings.Replace(c.EmbeddedEtcd.PeerURL, "http://", "https://", 1)
+		embeddedOverTLS(dir, &c.EmbeddedEtcd)
 		etcdURL = c.EmbeddedEtcd.ClientURL
 	})
 	budgetdtest.WaitLeader(t, leaderWait, r1)
@@ -259,4 +233,28 @@ func TestForwardedLeaseKeepsItsCallersName(t *testing.T) {
 	if len(ids) != 1 || ids[0] != "client:x" {
 		t.Errorf("the leader accounts the forwarded lease under %q, want [client:x]", ids)
 	}
+}
+
+// developmentSet writes a development set of certificates into a fresh
+// directory and returns it, with a loader of its identities.
+func developmentSet(t *testing.T) (string, func(name string) *mtls.Source) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := mtls.WriteDevelopmentSet(mtls.DevelopmentSet{Dir: dir, ValidFor: time.Hour}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return dir, func(name string) *mtls.Source {
+		src, err := mtls.Settings{Dir: dir}.Load(name, mtls.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return src
+	}
+}
+
+// embeddedOverTLS serves c's embedded etcd over TLS, with the set in dir.
+func embeddedOverTLS(dir string, c *embeddedetcd.Config) {
+	c.TLS = mtls.Settings{Dir: dir}.Resolve(mtls.IdentityEtcd)
+	c.ClientURL = strings.Replace(c.ClientURL, "http://", "https://", 1)
+	c.PeerURL = strings.Replace(c.PeerURL, "http://", "https://", 1)
 }

@@ -1,10 +1,11 @@
 package verifier
 
 import (
-	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/leveehq/levee/internal/tenantlabel"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/verify"
 	"github.com/leveehq/levee/pkg/wellknown"
@@ -33,11 +34,12 @@ type metrics struct {
 	// Credential-stuffing signals.
 	attempts *prometheus.CounterVec // by algorithm, tenant
 	verdicts *prometheus.CounterVec // by algorithm, tenant, result
-	tenants  tenantLabels
+	tenants  *tenantlabel.Labels
 }
 
-// MaxTenantLabels bounds the tenant label: the first tenants seen get their
-// own value, later ones share "other"; no tenant is "none".
+// MaxTenantLabels bounds the tenant label: the busiest tenants of the last
+// minutes get their own value, chosen again every minute, the rest share
+// "other"; no tenant is "none" (package tenantlabel).
 const MaxTenantLabels = 32
 
 // latencyBuckets span 1 ms to ~33 s: from a cheap hash to a hopeless queue.
@@ -78,13 +80,17 @@ func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *verify.Co
 	}
 	m.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: wellknown.MetricVerifierAttempts,
-		Help: "Verify calls received with a well-formed request, by algorithm of the stored hash (no_user: the policy's) and tenant (at most 32 values, then other).",
+		Help: "Verify calls received with a well-formed request, by algorithm of the stored hash (no_user: the policy's) and tenant (the 32 busiest, chosen again every minute; then other).",
 	}, []string{"algorithm", "tenant"})
 	m.verdicts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "levee_verifier_verdicts_total",
 		Help: "Verify calls answered, by algorithm, tenant and result (match, no_match, no_user). Match ratio = match / all; a falling ratio with rising attempts, or many no_user, is the shape of credential stuffing.",
 	}, []string{"algorithm", "tenant", "result"})
 	reg.MustRegister(m.attempts, m.verdicts)
+	m.tenants, _ = tenantlabel.New(tenantlabel.Config{Max: MaxTenantLabels, Period: time.Minute, Dropped: func(tenant string) {
+		m.attempts.DeletePartialMatch(prometheus.Labels{"tenant": tenant})
+		m.verdicts.DeletePartialMatch(prometheus.Labels{"tenant": tenant})
+	}}) // valid by construction
 	reg.MustRegister(m.queueWait, m.service, m.goodput, m.late, m.dropped, m.hashes,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "levee_verifier_inflight",
@@ -154,7 +160,7 @@ func b2f(b bool) float64 {
 
 // attempt counts a well-formed Verify call.
 func (m *metrics) attempt(h *verify.Hash, tenant string) {
-	m.attempts.WithLabelValues(h.Algorithm.String(), m.tenants.label(tenant)).Inc()
+	m.attempts.WithLabelValues(h.Algorithm.String(), m.tenants.Label(tenant)).Inc()
 }
 
 // verdict counts an answered Verify call.
@@ -166,30 +172,5 @@ func (m *metrics) verdict(h *verify.Hash, tenant string, noUser, match bool) {
 	case match:
 		result = "match"
 	}
-	m.verdicts.WithLabelValues(h.Algorithm.String(), m.tenants.label(tenant), result).Inc()
-}
-
-// tenantLabels hands out bounded label values for tenant names.
-type tenantLabels struct {
-	mu   sync.Mutex
-	seen map[string]bool
-}
-
-func (t *tenantLabels) label(tenant string) string {
-	if tenant == "" {
-		return "none"
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.seen[tenant] {
-		return tenant
-	}
-	if len(t.seen) >= MaxTenantLabels {
-		return "other"
-	}
-	if t.seen == nil {
-		t.seen = map[string]bool{}
-	}
-	t.seen[tenant] = true
-	return tenant
+	m.verdicts.WithLabelValues(h.Algorithm.String(), m.tenants.Label(tenant), result).Inc()
 }

@@ -148,9 +148,9 @@ func TestStuffingSignals(t *testing.T) {
 	}
 	// Tenants beyond the bound share "other".
 	for i := range MaxTenantLabels + 5 {
-		h.srv.metrics.tenants.label(fmt.Sprintf("t%d", i))
+		h.srv.metrics.tenants.Label(fmt.Sprintf("t%d", i))
 	}
-	if got := h.srv.metrics.tenants.label("one-too-many"); got != "other" {
+	if got := h.srv.metrics.tenants.Label("one-too-many"); got != "other" {
 		t.Errorf("tenant beyond %d labels = %q, want other", MaxTenantLabels, got)
 	}
 }

@@ -93,6 +93,7 @@ func (g *Gateway) admit(ctx context.Context, c *call) error {
 	}
 	if g.fair.Load() {
 		limit := int64(g.limiter.Limit())
+		label := g.metrics.tenantLabels.Label(c.facts.Tenant)
 		if c.critical {
 			c.share = g.shares.AcquireAnyway(c.facts.Tenant, limit)
 		} else if tk, ok := g.shares.Acquire(c.facts.Tenant, limit); ok {
@@ -100,9 +101,11 @@ func (g *Gateway) admit(ctx context.Context, c *call) error {
 		} else {
 			g.limiter.Release(admission.Sample{Outcome: admission.OutcomeIgnore})
 			c.metrics.refused[reasonIndexTenant].Inc()
+			g.metrics.tenantCalls.WithLabelValues(label, "refused").Inc()
 			g.pushback(ctx)
 			return errOverTenantShare
 		}
+		g.metrics.tenantCalls.WithLabelValues(label, "admitted").Inc()
 	}
 	g.auto.sawInflight(g.limiter.InFlight())
 	return nil

@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 
+	"github.com/leveehq/levee/internal/tenantlabel"
 	"github.com/leveehq/levee/pkg/admission"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/wellknown"
@@ -67,12 +70,19 @@ func (m *metrics) forClass(p callmeta.Priority, retry bool) *classMetrics {
 	return &m.class[pi][ai]
 }
 
+// maxTenantLabels bounds the tenant label of the gateway's series.
+const maxTenantLabels = 32
+
 type metrics struct {
 	class   [nPriorities][nAttempts]classMetrics
 	invalid prometheus.Counter
 	// withheld counts the verifiers' answers whose details the caller was
 	// not told (Gateway.forCaller), by code.
 	withheld *prometheus.CounterVec
+	// tenantCalls counts the calls that reached the tenant shares, by
+	// tenant (the busiest, tenantlabel) and outcome (admitted, refused).
+	tenantCalls  *prometheus.CounterVec
+	tenantLabels *tenantlabel.Labels
 
 	fleetRetries   prometheus.Counter
 	fleetNoBudget  prometheus.Counter
@@ -100,7 +110,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 	failed := byClass(wellknown.MetricGatewayFailed, "Admitted requests that ended in an error other than bad input (verifier refusal, node loss, deadline).")
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: wellknown.MetricGatewayRefused,
-		Help: "Requests refused at the edge without a hop, by priority, attempt class and reason (limit, priority, deadline, no_verifier, busy).",
+		Help: "Requests refused at the edge without a hop, by priority, attempt class and reason (limit, priority, deadline, no_verifier, busy, tenant_share).",
 	}, []string{"priority", "attempt", "reason"})
 
 	m := &metrics{
@@ -108,6 +118,10 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 			Name: "levee_gateway_invalid_total",
 			Help: "Requests refused at the edge as bad input (INVALID_ARGUMENT).",
 		}),
+		tenantCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "levee_gateway_tenant_calls_total",
+			Help: "Calls admitted past the limiter that the tenant shares judged, by tenant (the 32 busiest, chosen again every minute; then other) and outcome (admitted, refused: over its share while others needed theirs).",
+		}, []string{"tenant", "outcome"}),
 		withheld: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "levee_gateway_details_withheld_total",
 			Help: "Verifier answers passed to the caller with a generic message, by code: the details (a pepper key id, a memory budget, a cost estimate) are the operator's, at debug level in the log.",
@@ -177,7 +191,9 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 	for _, c := range []codes.Code{codes.FailedPrecondition, codes.DeadlineExceeded, codes.Internal} {
 		m.withheld.WithLabelValues(c.String())
 	}
-	reg.MustRegister(admitted, goodput, late, failed, refused, m.invalid, m.withheld, m.fleetRetries, m.fleetNoBudget,
+	m.tenantLabels, _ = tenantlabel.New(tenantlabel.Config{Max: maxTenantLabels, Period: time.Minute, Now: g.clock.Now,
+		Dropped: func(tenant string) { m.tenantCalls.DeletePartialMatch(prometheus.Labels{"tenant": tenant}) }}) // valid by construction
+	reg.MustRegister(admitted, goodput, late, failed, refused, m.invalid, m.withheld, m.tenantCalls, m.fleetRetries, m.fleetNoBudget,
 		m.verifierWait, m.forwardLatency, m.retryRatio, m.configErrors, m.autoEngaged, m.autoActions, m.autoFlushed,
 		lim(wellknown.MetricGatewayLimit, "Effective concurrency limit: min(adaptive, ceiling, clamp, autopilot clamp).",
 			func(s admission.Snapshot) float64 { return float64(s.Limit) }),

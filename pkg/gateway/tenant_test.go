@@ -77,6 +77,13 @@ func TestNoisyTenantOverGRPC(t *testing.T) {
 	if fair < 0.75 || fair < unfair+0.25 {
 		t.Errorf("the quiet tenant kept %.3f of its calls with fairness, %.3f without: want ≥ 0.75 and 0.25 more", fair, unfair)
 	}
+	// The refusals for a tenant's share are the flood's, counted by tenant.
+	byTenant := func(tenant string) float64 {
+		return gw.metric(t, "levee_gateway_tenant_calls_total", map[string]string{"tenant": tenant, "outcome": "refused"})
+	}
+	if flood, quiet := byTenant("flood"), byTenant("quiet"); flood == 0 || quiet > 0.02*flood {
+		t.Errorf("refused for the share: flood %v, quiet %v; want the flood's, and next to none of the quiet tenant's", flood, quiet)
+	}
 	if fairTotal < 0.85*unfairTotal {
 		t.Errorf("the fleet served %.0f calls with fairness, %.0f without: sharing must not idle it", fairTotal, unfairTotal)
 	}

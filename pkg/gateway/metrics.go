@@ -191,7 +191,11 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) *metrics {
 	for _, c := range []codes.Code{codes.FailedPrecondition, codes.DeadlineExceeded, codes.Internal} {
 		m.withheld.WithLabelValues(c.String())
 	}
-	m.tenantLabels, _ = tenantlabel.New(tenantlabel.Config{Max: maxTenantLabels, Period: time.Minute, Now: g.clock.Now,
+	now := time.Now
+	if g.clock != nil {
+		now = g.clock.Now
+	}
+	m.tenantLabels, _ = tenantlabel.New(tenantlabel.Config{Max: maxTenantLabels, Period: time.Minute, Now: now,
 		Dropped: func(tenant string) { m.tenantCalls.DeletePartialMatch(prometheus.Labels{"tenant": tenant}) }}) // valid by construction
 	reg.MustRegister(admitted, goodput, late, failed, refused, m.invalid, m.withheld, m.tenantCalls, m.fleetRetries, m.fleetNoBudget,
 		m.verifierWait, m.forwardLatency, m.retryRatio, m.configErrors, m.autoEngaged, m.autoActions, m.autoFlushed,

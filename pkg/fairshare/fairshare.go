@@ -7,23 +7,27 @@
 // have it. A Shares promises:
 //
 //   - Each active tenant (one that has a call in flight, or asked within
-//     Window) is guaranteed its share: the limit × its weight ÷ the active
-//     tenants' weights. Room is held for a tenant's share while it needs
-//     it; a tenant over its share is admitted only into room that leaves
-//     every other tenant what it needs.
-//   - A tenant under its share on average (below underFraction of it over
-//     Window) may burst past its share into any room, and room is held for
-//     its recent peak and headroom, up to burstShare times its share: a
+//     Window, admitted or not) has a share: the limit × its weight ÷ the
+//     active tenants' weights.
+//   - A tenant over its share on average (at least underFraction of it
+//     over Window: a flood) is admitted only into room that leaves the
+//     others what they need: each other flood up to its share, and the
+//     tenants under their shares, together, their mean use plus two of its
+//     standard deviations and one call (they are many small Poisson
+//     streams; one pooled reserve holds far less idle room than one per
+//     tenant would), or more if one of them bursts higher: its recent peak,
+//     one call and √peak, up to 1.5 shares.
+//   - A tenant under its share may burst past its share into any room: a
 //     tenant that used less than its share has credit, as in deficit round
 //     robin, and a flood next to it gives way.
-//   - Work-conserving: a tenant alone may use the whole limit; a tenant may
-//     use what the others do not need.
+//   - Work-conserving: a tenant alone may use the whole limit, and what no
+//     tenant needs goes to whoever asks.
 //   - A tenant with nothing in flight is never refused here: its first call
 //     goes in whenever the limiter has room, however many tenants share it.
 //   - Bounded: at most MaxTenants tenants are tracked at once; calls of any
-//     other tenant share one entry (Other) until a tracked one goes idle.
-//     Acquire and Release are O(1); the shares are recomputed every Tick,
-//     and whenever the limit changes, in O(tenants).
+//     other tenant share one entry, which no tenant name can be. Acquire,
+//     Release and Note are O(1); the shares are recomputed every Tick, in
+//     O(tenants), with the limit seen last.
 //
 // A call holds its place for as long as it is in flight. Where the places
 // are about as many as the verifiers' workers, equal shares of places are
@@ -49,9 +53,9 @@ import (
 	"time"
 )
 
-// Other is the tenant that calls are accounted to once MaxTenants tenants
-// are tracked.
-const Other = "_other"
+// Other is the entry that calls are accounted to once MaxTenants tenants
+// are tracked; no tenant name can be it.
+const Other = "(other)"
 
 // Config configures a Shares.
 type Config struct {
@@ -104,16 +108,23 @@ type Shares struct {
 	cfg Config
 	now func() time.Time
 
-	mu       sync.Mutex
-	weights  map[string]float64 // configured weights; others get DefaultWeight
-	tenants  map[string]*tenant
-	active   float64 // Σ weight of the active tenants
-	reserve  float64 // Σ over active tenants of max(0, need − inflight)
-	total    float64 // the calls in flight, every tenant's
-	limit    int64   // the limit the shares were last computed for
-	nextTick time.Time
-	lastTick time.Time
-	half     time.Time // when the current demand bucket started
+	mu      sync.Mutex
+	weights map[string]float64 // configured weights; others get DefaultWeight
+	tenants map[string]*tenant
+	active  float64 // Σ weight of the active tenants
+	// floods is Σ over the active tenants over their share of max(0,
+	// min(share, peak + 1) − inflight): what the floods need and do not
+	// hold.
+	floods float64
+	// pool is what the tenants under their share need together (their
+	// mean use + 2 √ of it + 1 call), and pooled their calls in flight.
+	pool, pooled float64
+	total        float64 // the calls in flight, every tenant's
+	limit        int64   // the limit the shares were last computed for
+	seenLimit    int64   // the limit the last caller saw: the next tick's
+	nextTick     time.Time
+	lastTick     time.Time
+	half         time.Time // when the current demand bucket started
 }
 
 type tenant struct {
@@ -126,14 +137,19 @@ type tenant struct {
 	lastAsk               time.Time
 	isActive              bool
 	share                 float64 // limit × weight ÷ active weight, at the last tick
-	deficit               float64 // max(0, need − inflight), counted in Shares.reserve
+	deficit               float64 // over its share: max(0, need − inflight), counted in Shares.floods
 	// usage is the calls in flight averaged over time (an exponential
 	// average with time constant Window), from area, the in-flight
 	// call-seconds since the last tick, accrued at every change.
 	usage, area float64
 	lastChange  time.Time
-	// under is usage < share at the last tick: the tenant takes less than
-	// its share on average, and may burst past it into any room.
+	// asks and refused count its asks, and those refused here, in the
+	// current and the previous half Window.
+	asksCur, asksPrev, refusedCur, refusedPrev float64
+	// under is, at the last tick, usage below underFraction of its share
+	// and at most refusedFraction of its asks refused here: the tenant
+	// takes less than its share and is not held back from more. It may
+	// burst past its share into any room.
 	under bool
 }
 
@@ -189,10 +205,42 @@ func (s *Shares) AcquireAnyway(name string, limit int64) Ticket {
 }
 
 func (s *Shares) acquire(name string, limit int64, anyway bool) (Ticket, bool) {
-	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.tickLocked(now, limit)
+	t := s.askLocked(name, limit)
+	t.asksCur++
+	// A tenant under its share may burst into any room but the floods';
+	// a flood only into room that leaves the others what they need.
+	others := s.floods
+	if t.under {
+		if t.inflight < t.share {
+			return s.admitLocked(t), true
+		}
+	} else {
+		others = s.floods - t.deficit + max(s.pool-s.pooled, 0)
+	}
+	const epsilon = 1e-9 // sums of floats: the last free place is free
+	if anyway || t.inflight == 0 || s.total+1 <= float64(s.limit)-others+epsilon {
+		return s.admitLocked(t), true
+	}
+	t.refusedCur++
+	return Ticket{}, false
+}
+
+// Note records that tenant asked for a call the limiter refused: it is
+// active, and its share is held for it, though it holds no call.
+func (s *Shares) Note(name string, limit int64) {
+	s.mu.Lock()
+	s.askLocked(name, limit)
+	s.mu.Unlock()
+}
+
+// askLocked records an ask of tenant name: the tick if one is due, its
+// entry, its activity and its demand.
+func (s *Shares) askLocked(name string, limit int64) *tenant {
+	now := s.now()
+	s.seenLimit = limit
+	s.tickLocked(now)
 	t := s.tenantLocked(name, now)
 	t.lastAsk = now
 	t.accrue(now)
@@ -202,20 +250,21 @@ func (s *Shares) acquire(name string, limit int64, anyway bool) (Ticket, bool) {
 	if ask := t.inflight + 1; ask > t.demandCur {
 		t.demandCur = ask
 		s.setDeficitLocked(t)
+		if t.under {
+			s.pool = math.Max(s.pool, burstNeed(t))
+		}
 	}
-	// A tenant under its share, on average and now, may burst into any
-	// room; the others only into room that leaves every other tenant what
-	// it needs.
-	others := s.reserve - t.deficit
-	under := t.under && t.inflight < t.share
-	admit := anyway || t.inflight == 0 || under || s.total+1 <= float64(s.limit)-others
-	if !admit {
-		return Ticket{}, false
-	}
+	return t
+}
+
+func (s *Shares) admitLocked(t *tenant) Ticket {
 	t.inflight++
 	s.total++
+	if t.under {
+		s.pooled++
+	}
 	s.setDeficitLocked(t)
-	return Ticket{t}, true
+	return Ticket{t}
 }
 
 // Release ends an admitted call's hold.
@@ -228,6 +277,9 @@ func (s *Shares) Release(tk Ticket) {
 	tk.t.accrue(now)
 	tk.t.inflight--
 	s.total--
+	if tk.t.isActive && tk.t.under {
+		s.pooled--
+	}
 	if tk.t.isActive {
 		s.setDeficitLocked(tk.t)
 	}
@@ -261,11 +313,11 @@ func (s *Shares) weightOf(name string) float64 {
 // activateLocked counts t among the active tenants until the next tick:
 // its share is what it would get with the others' as they stand.
 func (s *Shares) activateLocked(t *tenant) {
-	t.isActive = true
+	t.isActive, t.under, t.deficit = true, true, 0
 	s.active += t.weight
 	t.share = float64(s.limit) * t.weight / s.active
-	t.deficit = 0
-	s.setDeficitLocked(t)
+	s.pool += poolHeadroom(0) // its next call; its use joins the pool at the tick
+	s.pooled += t.inflight
 }
 
 // accrue adds t's in-flight call-seconds since its last change.
@@ -276,41 +328,44 @@ func (t *tenant) accrue(now time.Time) {
 	}
 }
 
-// setDeficitLocked brings t's part of the reserve up to date. A tenant over
-// its share needs its recent peak and one call more, at most its share. One
-// under it needs its whole share, and past it its recent peak, one call
-// and a Poisson burst's headroom (√ of the peak, in calls), up to
-// burstShare times its share.
+// setDeficitLocked brings t's part of the floods' reserve up to date: a
+// tenant over its share needs its recent peak and one call more, at most
+// its share. A tenant under its share has none of its own; the pool holds
+// room for the under tenants together.
 func (s *Shares) setDeficitLocked(t *tenant) {
-	if !t.isActive {
+	if !t.isActive || t.under {
 		return
 	}
 	peak := max(t.demandCur, t.demandPrev)
-	need := math.Min(t.share, peak+1)
-	if t.under {
-		need = math.Max(t.share, math.Min(peak+1+math.Sqrt(peak), burstShare*t.share))
-	}
-	d := math.Max(need-t.inflight, 0)
-	s.reserve += d - t.deficit
+	d := math.Max(math.Min(t.share, peak+1)-t.inflight, 0)
+	s.floods += d - t.deficit
 	t.deficit = d
 }
 
-// tickLocked recomputes the active set, the shares and the reserve, at most
-// once per Tick, and rolls the demand buckets every half Window.
-func (s *Shares) tickLocked(now time.Time, limit int64) {
-	if now.Before(s.nextTick) && limit == s.limit {
+// poolHeadroom is the room the tenants under their share need beyond
+// their mean use together: two standard deviations of a Poisson count of
+// that mean, and one call.
+func poolHeadroom(mean float64) float64 { return 2*math.Sqrt(mean) + 1 }
+
+// tickLocked recomputes the active set, the shares, the floods' reserve
+// and the pool, at most once per Tick, with the limit the last caller saw;
+// it rolls the demand buckets every half Window.
+func (s *Shares) tickLocked(now time.Time) {
+	if now.Before(s.nextTick) {
 		return
 	}
 	dt := now.Sub(s.lastTick).Seconds()
-	s.nextTick, s.lastTick, s.limit = now.Add(s.cfg.Tick), now, limit
+	s.nextTick, s.lastTick, s.limit = now.Add(s.cfg.Tick), now, s.seenLimit
 	roll := now.Sub(s.half) >= s.cfg.Window/2
 	if roll {
 		s.half = now
 	}
-	s.active, s.reserve = 0, 0
+	s.active, s.floods, s.pool, s.pooled = 0, 0, 0, 0
 	for name, t := range s.tenants {
 		if roll {
 			t.demandPrev, t.demandCur = t.demandCur, t.inflight
+			t.asksPrev, t.asksCur = t.asksCur, 0
+			t.refusedPrev, t.refusedCur = t.refusedCur, 0
 		}
 		t.weight = s.weightOf(name)
 		t.accrue(now)
@@ -328,13 +383,33 @@ func (s *Shares) tickLocked(now time.Time, limit int64) {
 			delete(s.tenants, name)
 		}
 	}
+	mean, bound, burst := 0.0, 0.0, 0.0
 	for _, t := range s.tenants {
-		if t.isActive {
-			t.share = float64(s.limit) * t.weight / s.active
-			t.under = t.usage < underFraction*t.share
+		if !t.isActive {
+			continue
+		}
+		t.share = float64(s.limit) * t.weight / s.active
+		refused := t.refusedCur + t.refusedPrev
+		t.under = t.usage < underFraction*t.share && refused <= refusedFraction*(t.asksCur+t.asksPrev)
+		if t.under {
+			mean += t.usage
+			bound += burstShare * t.share
+			burst = math.Max(burst, burstNeed(t))
+			s.pooled += t.inflight
+		} else {
 			s.setDeficitLocked(t)
 		}
 	}
+	s.pool = math.Max(math.Min(mean+poolHeadroom(mean), bound), burst)
+}
+
+// burstNeed is the room an under tenant's own burst needs: its recent peak,
+// one call and √peak more, up to burstShare times its share. The pool holds
+// at least the largest: many small tenants share their headroom, one
+// bursty tenant's is its own.
+func burstNeed(t *tenant) float64 {
+	peak := max(t.demandCur, t.demandPrev)
+	return math.Min(peak+1+math.Sqrt(peak), burstShare*t.share)
 }
 
 // Snapshot is the state of one tenant, for status pages, metrics and tests.
@@ -369,7 +444,11 @@ func (s *Shares) Tracked() int {
 // share on average (a flood held at it) does not.
 const underFraction = 0.75
 
-// burstShare bounds what a tenant under its share may hold room for: its
-// recent peak and headroom, up to this multiple of its share. The room
-// comes out of tenants over their share.
+// refusedFraction: a tenant that had more than this fraction of its asks
+// refused here wants more than it gets, however little it uses: it is not
+// under its share, so that squeezing a flood does not make it look quiet.
+const refusedFraction = 0.1
+
+// burstShare bounds the pool: the tenants under their share together hold
+// room for at most this multiple of their shares.
 const burstShare = 1.5

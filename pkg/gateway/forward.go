@@ -80,19 +80,29 @@ func (g *Gateway) pushback(ctx context.Context) {
 func (g *Gateway) admit(ctx context.Context, c *call) error {
 	g.clientRatio.add(!c.retry)
 	g.maxAttempt.add(int64(c.facts.Attempt))
+	// The tenants share what interactive first attempts may fill: the
+	// limit less the critical reserve.
+	fair := g.fair.Load()
+	shared := int64(g.limiter.Threshold(admission.Class{Priority: callmeta.Interactive}))
 	switch g.limiter.Acquire(c.class) {
 	case admission.ReasonAdmitted:
 	case admission.ReasonPriority:
+		if fair {
+			g.shares.Note(c.facts.Tenant, shared) // it asked: its share is held for it
+		}
 		c.metrics.refused[reasonIndexPriority].Inc()
 		g.pushback(ctx)
 		return errOverShare
 	default:
+		if fair {
+			g.shares.Note(c.facts.Tenant, shared)
+		}
 		c.metrics.refused[reasonIndexLimit].Inc()
 		g.pushback(ctx)
 		return errOverLimit
 	}
-	if g.fair.Load() {
-		limit := int64(g.limiter.Limit())
+	if fair {
+		limit := shared
 		label := g.metrics.tenantLabels.Label(c.facts.Tenant)
 		if c.critical {
 			c.share = g.shares.AcquireAnyway(c.facts.Tenant, limit)

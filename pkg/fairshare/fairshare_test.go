@@ -196,6 +196,25 @@ func TestNoisyTenantKeepsTheQuietOnesCalls(t *testing.T) {
 	}
 }
 
+// Two floods beside a quiet tenant: each flood is held to its share of
+// what is left, and the quiet tenant still gets its calls.
+func TestTwoFloodsAndAQuietTenant(t *testing.T) {
+	service := 25 * time.Millisecond
+	capacity := 4 / service.Seconds()
+	f := newFleet(t, true)
+	f.run([]load{{"a", 0.2 * capacity, service, 0}, {"b", 3 * capacity, service, 5 * time.Second},
+		{"d", 3 * capacity, service, 5 * time.Second}}, 60*time.Second, 11)
+	served := float64(f.admitted["a"]) / float64(f.asked["a"])
+	ratio := f.held["b"].Seconds() / f.held["d"].Seconds()
+	t.Logf("A served %.4f; b:d hashing time %.2f; refused %v", served, ratio, f.refused)
+	if served < 0.98 {
+		t.Errorf("the quiet tenant served %.4f of its calls beside two floods, want ≥ 0.98", served)
+	}
+	if ratio < 0.9 || ratio > 1.1 {
+		t.Errorf("two equal floods took %.2f of each other's hashing time, want about 1", ratio)
+	}
+}
+
 // Tenants whose calls cost five times the others' hold their places five
 // times longer: with equal weights and both flooding, each gets half of
 // the hashing time, where the places are about as many as the workers.

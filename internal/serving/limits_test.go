@@ -98,11 +98,7 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 // them served at once; the rest wait in the client.
 func TestStreamFloodStaysBounded(t *testing.T) {
 	addr, active, most, _ := serveLimited(t, serving.Limits{MaxStreams: 4})
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := dialPlain(t, addr)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	var wg sync.WaitGroup
 	for range 40 {
@@ -127,11 +123,7 @@ func TestStreamFloodStaysBounded(t *testing.T) {
 // A call whose headers exceed MaxHeaderBytes is refused.
 func TestLargeHeadersRefused(t *testing.T) {
 	addr, _, _, _ := serveLimited(t, serving.Limits{MaxHeaderBytes: 4 << 10})
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := dialPlain(t, addr)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	if _, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
@@ -161,11 +153,7 @@ func TestConnectionFloodStaysBounded(t *testing.T) {
 		}
 		flood = append(flood, c)
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := dialPlain(t, addr)
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
 	defer cancel()
 	if _, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
@@ -226,11 +214,7 @@ func TestOneSourceCannotTakeEverySlot(t *testing.T) {
 // slot given back.
 func TestIdleConnectionsClosed(t *testing.T) {
 	addr, _, _, _, bound := serveBounded(t, serving.Limits{MaxConnectionIdle: 300 * time.Millisecond})
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := dialPlain(t, addr)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	if _, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
@@ -280,4 +264,15 @@ func TestLimitsFlags(t *testing.T) {
 	if err := (serving.Limits{MaxHeaderBytes: 100}).Validate(); err == nil {
 		t.Errorf("a 100-byte header bound validated")
 	}
+}
+
+// dialPlain is a plaintext client of addr, closed when t ends.
+func dialPlain(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
 }

@@ -39,14 +39,7 @@ func TestLeasesAreBoundToTheCertificate(t *testing.T) {
 		c.MaxClientRate, c.MaxClientsPerIdentity = maxRate, 3
 	})
 	budgetdtest.WaitLeader(t, leaderWait, r)
-	client := func(name string) budgetv1.BudgetServiceClient {
-		cc, err := grpc.NewClient(r.Addr(), load(name).DialOption(""))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cc.Close() })
-		return budgetv1.NewBudgetServiceClient(cc)
-	}
+	client := func(name string) budgetv1.BudgetServiceClient { return budgetClient(t, r, load(name)) }
 	ctx := ctxT(t)
 	app, idp, admin := client(mtls.IdentityClient), client(mtls.IdentityFrontend), client(mtls.IdentityAdmin)
 
@@ -195,12 +188,7 @@ func TestForwardedLeaseKeepsItsCallersName(t *testing.T) {
 		follower = r2
 	}
 	dial := func(r *budgetdtest.Replica, name string) budgetv1.BudgetServiceClient {
-		cc, err := grpc.NewClient(r.Addr(), load(name).DialOption(""))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cc.Close() })
-		return budgetv1.NewBudgetServiceClient(cc)
+		return budgetClient(t, r, load(name))
 	}
 	ctx := ctxT(t)
 	// The follower learns the leader's address from etcd; until it has,
@@ -257,4 +245,15 @@ func embeddedOverTLS(dir string, c *embeddedetcd.Config) {
 	c.TLS = mtls.Settings{Dir: dir}.Resolve(mtls.IdentityEtcd)
 	c.ClientURL = strings.Replace(c.ClientURL, "http://", "https://", 1)
 	c.PeerURL = strings.Replace(c.PeerURL, "http://", "https://", 1)
+}
+
+// budgetClient dials r presenting src, closed when t ends.
+func budgetClient(t *testing.T, r *budgetdtest.Replica, src *mtls.Source) budgetv1.BudgetServiceClient {
+	t.Helper()
+	cc, err := grpc.NewClient(r.Addr(), src.DialOption(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return budgetv1.NewBudgetServiceClient(cc)
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/leveehq/levee/internal/testlock"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/gateway/settings"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -86,5 +88,94 @@ func TestNoisyTenantOverGRPC(t *testing.T) {
 	}
 	if fairTotal < 0.85*unfairTotal {
 		t.Errorf("the fleet served %.0f calls with fairness, %.0f without: sharing must not idle it", fairTotal, unfairTotal)
+	}
+}
+
+// Ten thousand tenant names, as a credential-stuffing front end or a bug
+// might make them: the gateway's per-tenant series stay bounded, the
+// busiest tenants get their labels at the next choice however many names
+// came first, and the shares track at most MaxTenants entries, then none
+// once the names stop. Every call is refused after admission (a malformed
+// hash), so the test costs no hashing.
+func TestTenThousandTenantsStayBounded(t *testing.T) {
+	cfg := gatewayConfig("127.0.0.1:1")
+	cfg.Tenants.MaxTenants = 1024
+	gw := startGatewayOnFakeClock(t, cfg)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	call := func(tenant string) {
+		ctx := callmeta.AppendOutgoing(ctx, callmeta.Facts{Attempt: 1, Priority: callmeta.Interactive, Tenant: tenant})
+		_, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: "not a hash", Password: []byte("pw")})
+		if code(err) != codes.InvalidArgument {
+			t.Errorf("tenant %s: %v, want INVALID_ARGUMENT", tenant, err)
+		}
+	}
+	names := make(chan string)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for name := range names {
+				call(name)
+			}
+		})
+	}
+	for i := range 10_000 {
+		names <- fmt.Sprintf("made-up-%d", i)
+	}
+	for range 50 {
+		for b := range 5 {
+			names <- fmt.Sprintf("busy-%d", b)
+		}
+	}
+	close(names)
+	wg.Wait()
+
+	series := func() int {
+		mfs, err := gw.g.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "levee_gateway_tenant_calls_total" {
+				return len(mf.GetMetric())
+			}
+		}
+		return 0
+	}
+	// Labels: the 32 busiest, "other" and "none"; two outcomes each.
+	const maxSeries = (maxTenantLabels + 2) * 2
+	if n := series(); n > maxSeries {
+		t.Errorf("%d tenant series after 10,000 names, want at most %d", n, maxSeries)
+	}
+	if n := gw.g.shares.Tracked(); n > cfg.Tenants.MaxTenants {
+		t.Errorf("the shares track %d tenants, want at most %d", n, cfg.Tenants.MaxTenants)
+	}
+
+	// The first names seen held the labels; the next choice gives them to
+	// the busy tenants and takes the early names' series away.
+	byTenant := func(tenant string) float64 {
+		return gw.metric(t, "levee_gateway_tenant_calls_total", map[string]string{"tenant": tenant})
+	}
+	if byTenant("made-up-0") == 0 {
+		t.Error("the first name seen had no label before the choice; the test shows nothing")
+	}
+	gw.clock.Advance(time.Minute + time.Second)
+	for b := range 5 {
+		call(fmt.Sprintf("busy-%d", b))
+		if byTenant(fmt.Sprintf("busy-%d", b)) == 0 {
+			t.Errorf("busy-%d has no series of its own after the choice", b)
+		}
+	}
+	if byTenant("made-up-0") != 0 {
+		t.Error("the first name seen kept its label through the choice")
+	}
+	if n := series(); n > maxSeries {
+		t.Errorf("%d tenant series after the choice, want at most %d", n, maxSeries)
+	}
+	// Names that stop asking are forgotten.
+	gw.clock.Advance(3 * cfg.Tenants.Window)
+	call("busy-0")
+	if n := gw.g.shares.Tracked(); n > 2 {
+		t.Errorf("the shares still track %d tenants after the names stopped, want the one still asking", n)
 	}
 }

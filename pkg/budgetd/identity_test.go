@@ -64,17 +64,21 @@ func TestLeasesAreBoundToTheCertificate(t *testing.T) {
 		t.Errorf("implausible leases counted %v, want 1", got)
 	}
 
+	// The client certificate names a tenant: its key lives in that
+	// tenant's key space. The front end's does not.
 	firstTotal := func() (uint64, map[string]bool) {
-		st, err := admin.Status(ctx, &budgetv1.StatusRequest{Key: "verify"})
-		if err != nil {
-			t.Fatal(err)
-		}
 		clients := map[string]bool{}
 		var first uint64
-		for _, b := range st.GetBudgets() {
-			first += b.GetFirstAttemptsTotal()
-			for _, c := range b.GetClients() {
-				clients[c.GetClientId()] = true
+		for _, key := range []string{"verify", budgetd.TenantScope(mtls.DefaultTenant) + "verify"} {
+			st, err := admin.Status(ctx, &budgetv1.StatusRequest{Key: key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range st.GetBudgets() {
+				first += b.GetFirstAttemptsTotal()
+				for _, c := range b.GetClients() {
+					clients[c.GetClientId()] = true
+				}
 			}
 		}
 		return first, clients
@@ -208,7 +212,7 @@ func TestForwardedLeaseKeepsItsCallersName(t *testing.T) {
 	if got := metricValue(t, follower.Server().Registry(), "levee_budgetd_forwarded_total", "rpc", "lease", "result", "ok"); got != 1 {
 		t.Errorf("follower forwarded %v leases, want 1", got)
 	}
-	st, err := dial(leader, mtls.IdentityAdmin).Status(ctx, &budgetv1.StatusRequest{Key: "verify"})
+	st, err := dial(leader, mtls.IdentityAdmin).Status(ctx, &budgetv1.StatusRequest{Key: budgetd.TenantScope(mtls.DefaultTenant) + "verify"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,6 +224,65 @@ func TestForwardedLeaseKeepsItsCallersName(t *testing.T) {
 	}
 	if len(ids) != 1 || ids[0] != "client:x" {
 		t.Errorf("the leader accounts the forwarded lease under %q, want [client:x]", ids)
+	}
+}
+
+// A client whose certificate names a tenant leases in that tenant's key
+// space: two tenants' clients that name one key hold two budgets (their
+// own settings, cap and overflow pool), so what one tenant's first attempts
+// earn is never another's to spend, and each gets its key back by the name
+// it sent. A key too long for the
+// space is refused with a message that says so.
+func TestTenantsLeaseInTheirOwnKeySpace(t *testing.T) {
+	dir := t.TempDir()
+	set := mtls.DevelopmentSet{Dir: dir, ValidFor: time.Hour,
+		Callers: []mtls.Caller{{Tenant: "a", Priority: "interactive"}, {Tenant: "b", Priority: "interactive"}}}
+	if err := mtls.WriteDevelopmentSet(set, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	load := func(name string) *mtls.Source {
+		src, err := mtls.Settings{Dir: dir}.Load(name, mtls.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return src
+	}
+	r := budgetdtest.StartReplica(t, nil, func(c *budgetd.Config) {
+		c.TLS = load(mtls.IdentityBudgetd)
+		embeddedOverTLS(dir, &c.EmbeddedEtcd)
+	})
+	budgetdtest.WaitLeader(t, leaderWait, r)
+	ctx := ctxT(t)
+	a := budgetClient(t, r, load(mtls.Caller{Tenant: "a"}.CallerName()))
+	b := budgetClient(t, r, load(mtls.Caller{Tenant: "b"}.CallerName()))
+
+	lease := func(c budgetv1.BudgetServiceClient, first uint64) {
+		resp, err := c.Lease(ctx, &budgetv1.LeaseRequest{ClientId: "x", Reports: []*budgetv1.KeyReport{report("login", first, 50)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.GetLeases()[0].GetKey(); got != "login" {
+			t.Fatalf("lease of key %q, want login, the name sent", got)
+		}
+	}
+	lease(a, 1000)
+	lease(b, 10)
+	// Each tenant's first attempts are on its own budget; none on the key
+	// of that name outside the tenants' spaces.
+	admin := budgetClient(t, r, load(mtls.IdentityAdmin))
+	for key, want := range map[string]uint64{"tenant/a/login": 1000, "tenant/b/login": 10, "login": 0} {
+		st, err := admin.Status(ctx, &budgetv1.StatusRequest{Key: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.GetBudgets()[0].GetFirstAttemptsTotal(); got != want {
+			t.Errorf("budget %s counted %d first attempts, want %d", key, got, want)
+		}
+	}
+	long := strings.Repeat("k", 128)
+	_, err := a.Lease(ctx, &budgetv1.LeaseRequest{ClientId: "x", Reports: []*budgetv1.KeyReport{report(long, 1, 0)}})
+	if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "tenant/a/") {
+		t.Errorf("a 128-byte key from a tenant's client: %v, want INVALID_ARGUMENT naming the key space", err)
 	}
 }
 

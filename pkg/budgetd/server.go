@@ -356,9 +356,12 @@ func (s *Server) Lease(ctx context.Context, req *budgetv1.LeaseRequest) (*budget
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	forwarded := isForwarded(ctx)
+	scope := ""
 	if who, ok := mtls.PeerOf(ctx); ok {
-		// A client leases under its certificate's name; only a replica
-		// forwards a lease it has bound already.
+		// A client leases under its certificate's name, and a tenant's
+		// client in its tenant's key space (a front end, which names
+		// tenants at the gateway, holds its keys as the gateway does);
+		// only a replica forwards a lease it has bound already.
 		if forwarded = forwarded && who.Has(mtls.RoleBudgetd); !forwarded {
 			id, err := bindClientID(who.Name, req.GetClientId())
 			if err != nil {
@@ -366,8 +369,24 @@ func (s *Server) Lease(ctx context.Context, req *budgetv1.LeaseRequest) (*budget
 				return nil, err
 			}
 			req.ClientId = id
+			if who.Tenant != "" && !who.Has(mtls.RoleFrontend) {
+				scope = TenantScope(who.Tenant)
+				if err := scopeKeys(req, scope); err != nil {
+					s.metrics.leases.WithLabelValues(outcomeInvalid).Inc()
+					return nil, err
+				}
+			}
 		}
 	}
+	resp, err := s.lease(ctx, req, forwarded)
+	if err == nil && scope != "" {
+		unscopeKeys(resp, scope)
+	}
+	return resp, err
+}
+
+// lease grants req, bound already, as the leader or through it.
+func (s *Server) lease(ctx context.Context, req *budgetv1.LeaseRequest, forwarded bool) (*budgetv1.LeaseResponse, error) {
 	if err := plausible(req, s.cfg.MaxClientRate); err != nil {
 		s.metrics.leases.WithLabelValues(outcomeImplausible).Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())

@@ -96,3 +96,30 @@ func plausible(req *budgetv1.LeaseRequest, maxRate float64) error {
 	}
 	return nil
 }
+
+// TenantScope is the prefix of the budget keys of tenant's clients: a
+// client whose certificate names a tenant leases key K as TenantScope + K,
+// so that two tenants' keys of one name are two budgets, and no tenant's
+// client can spend or fill another's.
+func TenantScope(tenant string) string { return "tenant/" + tenant + "/" }
+
+// scopeKeys moves every key of req into scope.
+func scopeKeys(req *budgetv1.LeaseRequest, scope string) error {
+	for i, r := range req.GetReports() {
+		key := scope + r.GetKey()
+		if err := ledger.ValidateName(key); err != nil {
+			return status.Errorf(codes.InvalidArgument,
+				"reports[%d]: key %q: in this certificate's tenant's key space (%s) it is too long (%v); send a shorter one",
+				i, r.GetKey(), scope, err)
+		}
+		r.Key = key
+	}
+	return nil
+}
+
+// unscopeKeys gives resp's keys back their names as the client sent them.
+func unscopeKeys(resp *budgetv1.LeaseResponse, scope string) {
+	for _, l := range resp.GetLeases() {
+		l.Key = strings.TrimPrefix(l.GetKey(), scope)
+	}
+}

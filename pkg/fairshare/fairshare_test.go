@@ -432,3 +432,34 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAcquireRefused is the shares' part of a refusal for a tenant's
+// share: a flood that holds its share, refused while a quiet tenant needs
+// the room.
+func BenchmarkAcquireRefused(b *testing.B) {
+	clk := &clock{t: t0}
+	cfg := DefaultConfig()
+	cfg.Now = clk.now
+	s, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const limit = 16
+	for range limit {
+		s.Acquire("flood", limit)
+	}
+	for range 20 { // the flood holds the limit for 2 s beside a quiet tenant
+		clk.advance(100 * time.Millisecond)
+		s.Note("flood", limit)
+		s.Note("quiet", limit)
+	}
+	if _, ok := s.Acquire("flood", limit); ok {
+		b.Fatal("the flood admitted: nothing to measure")
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := s.Acquire("flood", limit); ok {
+			b.Fatal("admitted")
+		}
+	}
+}

@@ -110,6 +110,7 @@ type Shares struct {
 
 	mu      sync.Mutex
 	weights map[string]float64 // configured weights; others get DefaultWeight
+	caps    map[string]float64 // configured caps on calls in flight; others none
 	tenants map[string]*tenant
 	active  float64 // Σ weight of the active tenants
 	// floods is Σ over the active tenants over their share of max(0,
@@ -186,6 +187,26 @@ func (s *Shares) SetWeights(w map[string]float64) error {
 	return nil
 }
 
+// SetCaps replaces the caps (tenant → most calls in flight); tenants not
+// named have none. A cap applies from the next call: Acquire refuses a call
+// that would take its tenant past it, whatever room there is. Calls of a
+// tenant counted in Other's entry are not capped.
+func (s *Shares) SetCaps(caps map[string]int64) error {
+	for name, v := range caps {
+		if v < 1 {
+			return fmt.Errorf("fairshare: tenant %q: a cap must be at least 1, got %d", name, v)
+		}
+	}
+	c := make(map[string]float64, len(caps))
+	for k, v := range caps {
+		c[k] = float64(v)
+	}
+	s.mu.Lock()
+	s.caps = c
+	s.mu.Unlock()
+	return nil
+}
+
 // Ticket is an admitted call's hold on its tenant's share; Release it once.
 type Ticket struct{ t *tenant }
 
@@ -209,6 +230,10 @@ func (s *Shares) acquire(name string, limit int64, anyway bool) (Ticket, bool) {
 	defer s.mu.Unlock()
 	t := s.askLocked(name, limit)
 	t.asksCur++
+	if c, capped := s.caps[t.name]; capped && !anyway && t.inflight+1 > c {
+		t.refusedCur++
+		return Ticket{}, false
+	}
 	// A tenant under its share may burst into any room but the floods';
 	// a flood only into room that leaves the others what they need.
 	others := s.floods

@@ -246,6 +246,44 @@ func TestWeightsSplitTheLimit(t *testing.T) {
 	}
 }
 
+// A cap holds a tenant to its calls in flight however much room is free,
+// counts its critical calls without refusing them, and lifts when the
+// caps are replaced.
+func TestCapsHoldATenantWhateverTheRoom(t *testing.T) {
+	clk := &clock{t: t0}
+	s := newShares(t, clk, nil)
+	if err := s.SetCaps(map[string]int64{"trial": 2}); err != nil {
+		t.Fatal(err)
+	}
+	const limit = 100
+	var held []Ticket
+	for i := range 3 {
+		tk, ok := s.Acquire("trial", limit)
+		if want := i < 2; ok != want {
+			t.Fatalf("call %d of a tenant capped at 2, alone under a limit of %d: admitted %v, want %v", i+1, limit, ok, want)
+		}
+		if ok {
+			held = append(held, tk)
+		}
+	}
+	held = append(held, s.AcquireAnyway("trial", limit)) // critical: counted, not refused
+	if _, ok := s.Acquire("other", limit); !ok {
+		t.Error("an uncapped tenant refused")
+	}
+	if err := s.SetCaps(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Acquire("trial", limit); !ok {
+		t.Error("the tenant still capped after the caps were removed")
+	}
+	if err := s.SetCaps(map[string]int64{"x": 0}); err == nil {
+		t.Error("a zero cap was accepted")
+	}
+	for _, tk := range held {
+		s.Release(tk)
+	}
+}
+
 // A tenant alone may use the whole limit. One that arrives beside it gets
 // its first call at once, and the first is then held back from the room the
 // newcomer needs.

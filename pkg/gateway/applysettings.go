@@ -81,6 +81,9 @@ func (g *Gateway) ApplySettings(s settings.Settings) error {
 	if err := g.shares.SetWeights(s.TenantWeights); err != nil {
 		return err
 	}
+	if err := g.shares.SetCaps(s.TenantCaps); err != nil {
+		return err
+	}
 	g.fair.Store(!cfg.Unguarded && (s.Fairness == nil && cfg.FairShare || s.Fairness != nil && *s.Fairness))
 	g.limiter.SetClamp(intOr(s.Clamp, 0))
 	g.settings.Store(&s)

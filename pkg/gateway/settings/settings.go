@@ -54,9 +54,15 @@ type Settings struct {
 	// tenant not named): a tenant of weight 3 gets three times the share
 	// of one of weight 1 while both need it.
 	TenantWeights map[string]float64 `json:"tenant_weights,omitempty"`
+	// TenantCaps bounds the calls a tenant may have in flight through one
+	// gateway, whatever room it finds (its critical first attempts are
+	// counted, never refused): a contract's ceiling, where a weight is a
+	// share. A tenant not named has no cap but its share.
+	TenantCaps map[string]int64 `json:"tenant_caps,omitempty"`
 }
 
-// MaxTenantWeights bounds the tenants TenantWeights may name.
+// MaxTenantWeights bounds the tenants TenantWeights, and TenantCaps, may
+// name.
 const MaxTenantWeights = 1024
 
 // Duration is a time.Duration written as a Go duration string ("250ms").
@@ -118,6 +124,16 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("breaker_min_requests must be in [1, 1000000], got %d", *s.BreakerMinRequests)
 	case len(s.TenantWeights) > MaxTenantWeights:
 		return fmt.Errorf("tenant_weights names %d tenants, at most %d", len(s.TenantWeights), MaxTenantWeights)
+	case len(s.TenantCaps) > MaxTenantWeights:
+		return fmt.Errorf("tenant_caps names %d tenants, at most %d", len(s.TenantCaps), MaxTenantWeights)
+	}
+	for name, c := range s.TenantCaps {
+		if err := (callmeta.Facts{Tenant: name}).Validate(); err != nil || name == "" {
+			return fmt.Errorf("tenant_caps: %q is not a tenant name (1..%d bytes of [A-Za-z0-9._-])", truncate(name, 32), callmeta.MaxTenantLen)
+		}
+		if c < 1 || c > 1_000_000 {
+			return fmt.Errorf("tenant_caps: %s's cap must be in [1, 1000000] calls in flight, got %d", name, c)
+		}
 	}
 	for name, w := range s.TenantWeights {
 		if err := (callmeta.Facts{Tenant: name}).Validate(); err != nil || name == "" {
@@ -180,7 +196,7 @@ func ParseAssignments(args []string) (Settings, error) {
 			return Settings{}, fmt.Errorf("%q is not name=value", truncate(a, 64))
 		}
 		raw := value
-		if !isJSONScalar(value) {
+		if !isJSONValue(value) {
 			raw = fmt.Sprintf("%q", value)
 		}
 		parts = append(parts, fmt.Sprintf("%q:%s", name, raw))
@@ -188,13 +204,16 @@ func ParseAssignments(args []string) (Settings, error) {
 	return Parse([]byte("{" + strings.Join(parts, ",") + "}"))
 }
 
-func isJSONScalar(v string) bool {
+// isJSONValue reports whether v is written as JSON as it stands: a number,
+// true, false, null or an object (tenant_weights={"bank":3}). Anything
+// else is a string to quote ("3s").
+func isJSONValue(v string) bool {
 	var x any
 	if err := json.Unmarshal([]byte(v), &x); err != nil {
 		return false
 	}
 	switch x.(type) {
-	case float64, bool, nil:
+	case float64, bool, nil, map[string]any:
 		return true
 	}
 	return false

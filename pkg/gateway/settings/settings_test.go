@@ -13,7 +13,8 @@ func TestParse(t *testing.T) {
 		`{"clamp": 0}`,
 		`{"clamp": 40, "ceiling": 500, "critical_reserve": 0.2, "batch_share": 0.5, "retry_share": 0.9,
 		  "autopilot": true, "client_timeout": "2s", "breaker_failure_rate": 0.5, "breaker_open_for": "5s",
-		  "breaker_min_requests": 20, "fairness": false, "tenant_weights": {"bank": 3, "shop.eu": 0.5}}`,
+		  "breaker_min_requests": 20, "fairness": false, "tenant_weights": {"bank": 3, "shop.eu": 0.5},
+		  "tenant_caps": {"trial": 4}}`,
 	}
 	for _, s := range ok {
 		if _, err := Parse([]byte(s)); err != nil {
@@ -43,12 +44,26 @@ func TestParse(t *testing.T) {
 		`{"tenant_weights": {"": 1}}`:      "is not a tenant name",
 		`{"tenant_weights": {"x": 1e7}}`:   "weight must be in",
 		`{"tenant_weights": [1]}`:          "tenant_weights",
+		`{"tenant_caps": {"trial": 0}}`:    "trial's cap must be in [1, 1000000]",
+		`{"tenant_caps": {"a b": 1}}`:      "tenant_caps: \"a b\" is not a tenant name",
+		`{"tenant_caps": {"x": 1.5}}`:      "tenant_caps",
 	}
 	for in, want := range bad {
 		_, err := Parse([]byte(in))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Parse(%.40q) = %v, want an error containing %q", in, err, want)
 		}
+	}
+}
+
+// Objects are written as JSON on the command line.
+func TestParseAssignmentsOfTenants(t *testing.T) {
+	s, err := ParseAssignments([]string{`tenant_weights={"bank":3}`, `tenant_caps={"trial":4}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.TenantWeights["bank"] != 3 || s.TenantCaps["trial"] != 4 {
+		t.Errorf("got weights %v, caps %v", s.TenantWeights, s.TenantCaps)
 	}
 }
 

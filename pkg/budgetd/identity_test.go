@@ -234,19 +234,7 @@ func TestForwardedLeaseKeepsItsCallersName(t *testing.T) {
 // it sent. A key too long for the
 // space is refused with a message that says so.
 func TestTenantsLeaseInTheirOwnKeySpace(t *testing.T) {
-	dir := t.TempDir()
-	set := mtls.DevelopmentSet{Dir: dir, ValidFor: time.Hour,
-		Callers: []mtls.Caller{{Tenant: "a", Priority: "interactive"}, {Tenant: "b", Priority: "interactive"}}}
-	if err := mtls.WriteDevelopmentSet(set, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	load := func(name string) *mtls.Source {
-		src, err := mtls.Settings{Dir: dir}.Load(name, mtls.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return src
-	}
+	dir, load := developmentSet(t, mtls.Caller{Tenant: "a", Priority: "interactive"}, mtls.Caller{Tenant: "b", Priority: "interactive"})
 	r := budgetdtest.StartReplica(t, nil, func(c *budgetd.Config) {
 		c.TLS = load(mtls.IdentityBudgetd)
 		embeddedOverTLS(dir, &c.EmbeddedEtcd)
@@ -286,12 +274,13 @@ func TestTenantsLeaseInTheirOwnKeySpace(t *testing.T) {
 	}
 }
 
-// developmentSet writes a development set of certificates into a fresh
-// directory and returns it, with a loader of its identities.
-func developmentSet(t *testing.T) (string, func(name string) *mtls.Source) {
+// developmentSet writes a development set of certificates, with callers'
+// besides its own, into a fresh directory and returns it, with a loader of
+// its identities.
+func developmentSet(t *testing.T, callers ...mtls.Caller) (string, func(name string) *mtls.Source) {
 	t.Helper()
 	dir := t.TempDir()
-	if err := mtls.WriteDevelopmentSet(mtls.DevelopmentSet{Dir: dir, ValidFor: time.Hour}, time.Now()); err != nil {
+	if err := mtls.WriteDevelopmentSet(mtls.DevelopmentSet{Dir: dir, ValidFor: time.Hour, Callers: callers}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	return dir, func(name string) *mtls.Source {

@@ -204,14 +204,52 @@ type job struct {
 	res      Result
 	done     chan struct{}
 
-	prev, next   *job // in the pool's arrival order
-	fprev, fnext *job // in its flow's arrival order
+	all    links // in the pool's arrival order
+	inFlow links // in its flow's arrival order
+}
+
+// links are a job's place in one of the intrusive lists it is on.
+type links struct{ prev, next *job }
+
+// list is an intrusive doubly-linked list of jobs, through the links that
+// at picks in each: removal is O(1), and a list costs a job no allocation.
+type list struct {
+	head, tail *job
+	at         func(*job) *links
+}
+
+func allLinks(j *job) *links    { return &j.all }
+func inFlowLinks(j *job) *links { return &j.inFlow }
+
+func (l *list) push(j *job) {
+	l.at(j).prev = l.tail
+	if l.tail != nil {
+		l.at(l.tail).next = j
+	} else {
+		l.head = j
+	}
+	l.tail = j
+}
+
+func (l *list) remove(j *job) {
+	lk := l.at(j)
+	if lk.prev != nil {
+		l.at(lk.prev).next = lk.next
+	} else {
+		l.head = lk.next
+	}
+	if lk.next != nil {
+		l.at(lk.next).prev = lk.prev
+	} else {
+		l.tail = lk.prev
+	}
+	lk.prev, lk.next = nil, nil
 }
 
 // flow is one flow's queued jobs. It exists while it has jobs queued.
 type flow struct {
 	key        string
-	head, tail *job
+	jobs       list
 	queued     int
 	queuedCost time.Duration
 	// served is the expected cost of the flow's jobs started since it was
@@ -229,7 +267,7 @@ type Pool struct {
 	work       *sync.Cond // signalled when a job is queued
 	capacity   *sync.Cond // signalled when the active worker count changes
 	idle       *sync.Cond // signalled when a job finishes or leaves the queue
-	head, tail *job
+	jobs       list       // every queued job
 	queued     int
 	queuedCost time.Duration
 	queuedMem  int64
@@ -263,7 +301,7 @@ func New(cfg Config) (*Pool, error) {
 		return nil, err
 	}
 	p := &Pool{cfg: cfg, now: cfg.Now, active: cfg.Workers, slowdown: 1, stop: make(chan struct{}),
-		flows: make(map[string]*flow)}
+		flows: make(map[string]*flow), jobs: list{at: allLinks}}
 	if p.now == nil {
 		p.now = time.Now
 	}
@@ -394,7 +432,7 @@ func (p *Pool) canPushOutLocked(flow string) bool {
 
 // pushOutLocked drops the newest job of the longest flow (ErrPushedOut).
 func (p *Pool) pushOutLocked() {
-	j := p.longestLocked().tail
+	j := p.longestLocked().jobs.tail
 	p.removeLocked(j)
 	j.res.Wait = p.now().Sub(j.enqueued)
 	j.err = ErrPushedOut
@@ -461,62 +499,30 @@ func (p *Pool) ProjectedWait() time.Duration {
 func (p *Pool) pushLocked(j *job, key string) {
 	p.arrivals++
 	j.seq = p.arrivals
-	j.prev = p.tail
-	if p.tail != nil {
-		p.tail.next = j
-	} else {
-		p.head = j
-	}
-	p.tail = j
+	p.jobs.push(j)
 	p.queued++
 	p.queuedCost += j.cost
 	p.queuedMem += j.mem
 
 	f := p.flows[key]
 	if f == nil {
-		f = &flow{key: key, served: p.vtime}
+		f = &flow{key: key, served: p.vtime, jobs: list{at: inFlowLinks}}
 		p.flows[key] = f
 	}
 	j.flow = f
-	j.fprev = f.tail
-	if f.tail != nil {
-		f.tail.fnext = j
-	} else {
-		f.head = j
-	}
-	f.tail = j
+	f.jobs.push(j)
 	f.queued++
 	f.queuedCost += j.cost
 }
 
 func (p *Pool) removeLocked(j *job) {
-	if j.prev != nil {
-		j.prev.next = j.next
-	} else {
-		p.head = j.next
-	}
-	if j.next != nil {
-		j.next.prev = j.prev
-	} else {
-		p.tail = j.prev
-	}
-	j.prev, j.next = nil, nil
+	p.jobs.remove(j)
 	p.queued--
 	p.queuedCost -= j.cost
 	p.queuedMem -= j.mem
 
 	f := j.flow
-	if j.fprev != nil {
-		j.fprev.fnext = j.fnext
-	} else {
-		f.head = j.fnext
-	}
-	if j.fnext != nil {
-		j.fnext.fprev = j.fprev
-	} else {
-		f.tail = j.fprev
-	}
-	j.fprev, j.fnext = nil, nil
+	f.jobs.remove(j)
 	f.queued--
 	f.queuedCost -= j.cost
 	if f.queued == 0 {
@@ -542,7 +548,7 @@ func (p *Pool) removeLocked(j *job) {
 // nothing starts until that one fits. The flow of the job taken is counted
 // as served its expected cost.
 func (p *Pool) pickLocked(now time.Time) *job {
-	if p.head == nil {
+	if p.jobs.head == nil {
 		return nil
 	}
 	p.updateLIFOLocked(now)
@@ -556,9 +562,9 @@ func (p *Pool) pickLocked(now time.Time) *job {
 				return c
 			}
 			if p.lifo { // late: the flow with the newest job first
-				return cmp.Compare(b.tail.seq, a.tail.seq)
+				return cmp.Compare(b.jobs.tail.seq, a.jobs.tail.seq)
 			}
-			return cmp.Compare(a.head.seq, b.head.seq)
+			return cmp.Compare(a.jobs.head.seq, b.jobs.head.seq)
 		})
 	}
 	defer func() { // hold no finished job or forgotten flow
@@ -614,26 +620,26 @@ func (p *Pool) pickLocked(now time.Time) *job {
 // dropped when their deadlines can no longer be met, or served once the
 // late work is gone or little work is left.
 func (p *Pool) updateLIFOLocked(now time.Time) {
-	if p.cfg.Unguarded || p.head == nil {
+	if p.cfg.Unguarded || p.jobs.head == nil {
 		return
 	}
-	p.lifo = now.Sub(p.head.due) > p.cfg.LIFOAfter && p.projectedWaitLocked() > p.cfg.LIFOAfter/4
+	p.lifo = now.Sub(p.jobs.head.due) > p.cfg.LIFOAfter && p.projectedWaitLocked() > p.cfg.LIFOAfter/4
 }
 
 // firstInLocked is f's first job in service order.
 func (p *Pool) firstInLocked(f *flow) *job {
 	if p.lifo {
-		return f.tail
+		return f.jobs.tail
 	}
-	return f.head
+	return f.jobs.head
 }
 
 // afterInLocked is the job after j in its flow's service order.
 func (p *Pool) afterInLocked(j *job) *job {
 	if p.lifo {
-		return j.fprev
+		return j.inFlow.prev
 	}
-	return j.fnext
+	return j.inFlow.next
 }
 
 func (p *Pool) fitsLocked(j *job) bool {
@@ -803,8 +809,8 @@ func (p *Pool) Close() {
 		return
 	}
 	p.closed = true
-	for p.head != nil {
-		j := p.head
+	for p.jobs.head != nil {
+		j := p.jobs.head
 		p.removeLocked(j)
 		j.err = ErrClosed
 		p.finishLocked(j)

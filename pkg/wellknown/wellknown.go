@@ -37,6 +37,15 @@ const Loopback = "127.0.0.1"
 // LoopbackAddr is Loopback:port.
 func LoopbackAddr(port int) string { return net.JoinHostPort(Loopback, strconv.Itoa(port)) }
 
+// The gRPC health services a server answers in plaintext on its metrics
+// port for an orchestrator's probes (internal/serving.Probes): liveness is
+// SERVING while the process answers, readiness while it is warm and not
+// draining. The Helm chart's probes name them.
+const (
+	ProbeLiveness  = "liveness"
+	ProbeReadiness = "readiness"
+)
+
 // Flags every server command takes (verifier, gateway, budgetd), and levee
 // etcd the transport ones.
 const (
@@ -122,6 +131,7 @@ const (
 	MetricVerifierQueueWait       = "levee_verifier_queue_wait_seconds"
 	MetricVerifierQueueLength     = "levee_verifier_queue_length"
 	MetricVerifierExpectedService = "levee_verifier_expected_service_seconds"
+	MetricVerifierDemand          = "levee_verifier_demand_ratio"
 )
 
 // Metrics of budgetd, and of the budget client every retrying process
@@ -155,7 +165,8 @@ var (
 		MetricGatewayVerifierBreaker, MetricGatewayVerifierServing, MetricGatewayMargin, MetricGatewayMarginOffered,
 		MetricGatewayMarginCapacity, MetricGatewayMarginCongestedAt}, processMetrics...)
 	VerifierMetrics = append([]string{MetricVerifierAttempts, MetricVerifierLate, MetricVerifierDropped,
-		MetricVerifierQueueWait, MetricVerifierQueueLength, MetricVerifierExpectedService}, processMetrics...)
+		MetricVerifierQueueWait, MetricVerifierQueueLength, MetricVerifierExpectedService, MetricVerifierDemand},
+		processMetrics...)
 	BudgetdMetrics = append([]string{MetricBudgetdIsLeader}, processMetrics...)
 	BudgetMetrics  = []string{MetricBudgetFallback, MetricBudgetTokens}
 )

@@ -195,7 +195,7 @@ func New(cfg Config) (*Gateway, error) {
 		QueueDelay: cfg.VerifierQueueDelay,
 		RetireFor:  cfg.Deadline.Max,
 		Probe:      probe,
-		Transport:  cfg.TLS.DialOption(""),
+		Transport:  cfg.TLS.DialOption(cfg.VerifierServerName),
 		// A bad answer has the outliers judged at once, and with them the
 		// autopilot's verifiers that refuse everything.
 		AfterJudging: func(now time.Time) { g.auto.ejectRefusing(now) },

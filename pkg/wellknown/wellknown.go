@@ -78,9 +78,10 @@ const (
 
 // Flags of cmd/gateway that other programs pass.
 const (
-	FlagVerifiers      = "verifiers"
-	FlagBudgetd        = "budgetd"
-	FlagAllowAnonymous = "allow-anonymous"
+	FlagVerifiers          = "verifiers"
+	FlagVerifierServerName = "verifier-server-name"
+	FlagBudgetd            = "budgetd"
+	FlagAllowAnonymous     = "allow-anonymous"
 )
 
 // Flags of levee etcd, which the lab runs as its fleets' etcd.
@@ -99,7 +100,7 @@ var (
 		FlagUnguarded, FlagWorkers, FlagMemoryBudget, FlagArgon2MemoryKiB, FlagArgon2Iterations,
 		FlagArgon2Parallelism, FlagMaxMemoryKiB, FlagEnableCapacityKnob, FlagDrainTimeout}
 	GatewayFlags = []string{FlagListen, FlagMetricsListen, FlagEtcd, FlagTLSDir, FlagInsecure, FlagUnguarded,
-		FlagVerifiers, FlagBudgetd}
+		FlagVerifiers, FlagVerifierServerName, FlagBudgetd}
 	BudgetdFlags = []string{FlagListen, FlagMetricsListen, FlagAdvertise, FlagEtcd, FlagTLSDir, FlagInsecure}
 	EtcdFlags    = []string{FlagEtcdDataDir, FlagEtcdName, FlagEtcdClientURL, FlagEtcdPeerURL, FlagEtcdAuth,
 		FlagTLSDir, FlagInsecure}

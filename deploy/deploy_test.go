@@ -155,3 +155,42 @@ func TestRulesWithPromtool(t *testing.T) {
 		}
 	}
 }
+
+// The Helm chart (deploy/helm/levee, checked by its own module's tests)
+// ships the alerting rules as a file of its own, since Helm reads no file
+// outside the chart: it must be this directory's, byte for byte.
+func TestChartRulesAreTheRules(t *testing.T) {
+	want, err := os.ReadFile(filepath.Join("prometheus", "levee-rules.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join("helm", "levee", "files", "levee-rules.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Error("deploy/helm/levee/files/levee-rules.yml differs from deploy/prometheus/levee-rules.yml: copy it over")
+	}
+}
+
+// The chart runs the etcd image docker-compose.yml runs (the one
+// scripts/docker-etcd-image.sh can stand in for).
+func TestChartEtcdImageIsCompose(t *testing.T) {
+	compose, err := os.ReadFile(filepath.Join("..", "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s*image: (\S+/etcd):(\S+)$`).FindSubmatch(compose)
+	if m == nil {
+		t.Fatal("docker-compose.yml names no etcd image")
+	}
+	values, err := os.ReadFile(filepath.Join("helm", "levee", "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"repository: " + string(m[1]), "tag: " + string(m[2])} {
+		if !strings.Contains(string(values), want+"\n") {
+			t.Errorf("deploy/helm/levee/values.yaml does not say %q (the etcd image of docker-compose.yml)", want)
+		}
+	}
+}

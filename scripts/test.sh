@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Levee's whole test suite, on a machine with Go and Docker: the product
-# module, then the lab module (lab/), each with the race detector and every
-# go vet analyzer (-vet=all: vet reuses the tests' build instead of
-# compiling the module a second time, as a separate go vet would).
+# module, the Helm chart's module (deploy/helm/), then the lab module
+# (lab/), each with the race detector and every go vet analyzer (-vet=all:
+# vet reuses the tests' build instead of compiling the module a second
+# time, as a separate go vet would).
 #
 # The tests need, besides Go and a running Docker with Compose (the lab's
 # fault suite builds the images from this tree and runs the compose fleet),
@@ -16,7 +17,7 @@
 # test that measures time.
 #
 #   scripts/test.sh                 everything
-#   scripts/test.sh -run TestX      extra flags go to both go test runs
+#   scripts/test.sh -run TestX      extra flags go to every go test run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -73,6 +74,14 @@ start=$SECONDS
 echo "--- product: go test -race ./..."
 go test -race -vet=all -timeout 30m "$@" ./...
 echo "--- product tests took $((SECONDS - start)) s"
+
+start=$SECONDS
+echo "--- helm chart: go test -race ./... in deploy/helm/"
+# Renders the chart with Helm's Go packages and validates every object
+# against the Kubernetes API types and OpenAPI schemas (a module of its own:
+# neither the product nor the lab builds Helm or the Kubernetes API).
+(cd deploy/helm && go test -race -vet=all -timeout 15m "$@" ./...)
+echo "--- helm chart tests took $((SECONDS - start)) s"
 
 start=$SECONDS
 echo "--- lab: go test -race ./... in lab/"

@@ -46,6 +46,8 @@ func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) 
 	fs.StringVar(&cfg.VerifiersTarget, "registry-target", cfg.VerifiersTarget, "etcd naming target verifiers register under")
 	fs.StringVar(&cfg.SettingsKey, "settings-key", cfg.SettingsKey, "etcd key of the runtime settings (JSON)")
 	verifiers := fs.String(wellknown.FlagVerifiers, "", "comma-separated static verifier addresses (with or instead of -etcd)")
+	fs.StringVar(&cfg.VerifierServerName, wellknown.FlagVerifierServerName, "",
+		"the name every verifier's certificate must carry, instead of the host dialled (verifiers registering pod IPs)")
 	fs.StringVar(&cfg.BudgetTarget, wellknown.FlagBudgetd, "", "budgetd target funding in-fleet retries (empty: no retries)")
 	fs.StringVar(&cfg.BudgetKey, "budget-key", cfg.BudgetKey, "budget key the gateway's retries draw from")
 	fs.DurationVar(&cfg.Deadline.Default, "default-deadline", cfg.Deadline.Default, "deadline applied to calls that bring none")

@@ -40,7 +40,12 @@ func HTTP(g *errgroup.Group, component string, lis net.Listener, h http.Handler)
 	if lis == nil {
 		return func() {}
 	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	// HTTP/2 without TLS (prior knowledge) as well as HTTP/1: a kubelet's
+	// grpc probe speaks it to Probes.Handler.
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, Protocols: protocols}
 	g.Go(func() error {
 		if err := hs.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("%s: http: %w", component, err)

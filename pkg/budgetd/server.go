@@ -70,6 +70,7 @@ type Server struct {
 	now     func() time.Time
 	metrics *metrics
 	health  *health.Server
+	probes  *serving.Probes  // liveness and readiness on the metrics port
 	streams *serving.Streams // ended at stop, so GracefulStop need not wait for them
 	grpc    *grpc.Server
 	conns   *serving.Connections // bounds and counts the gRPC listener's connections
@@ -103,6 +104,7 @@ func New(cfg Config) (*Server, error) {
 		reg:      cfg.Registry,
 		now:      cfg.Now,
 		health:   health.NewServer(),
+		probes:   serving.NewProbes(),
 		streams:  serving.NewStreams(),
 		settings: newSettingsTable(cfg.Prefix+"config/", cfg.Defaults),
 	}
@@ -214,6 +216,7 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) (err error) 
 		return errors.New("budgetd: Serve called twice")
 	}
 	defer s.grpc.Stop()
+	defer s.probes.Stop()
 	self := s.cfg.AdvertiseAddr
 	if self == "" {
 		self = lis.Addr().String()
@@ -277,11 +280,15 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) (err error) 
 		}
 		return nil
 	})
-	stopHTTP := serving.HTTP(g, "budgetd", mlis, s.httpHandler())
+	stopHTTP := serving.HTTP(g, "budgetd", mlis, s.probes.Handler(s.httpHandler()))
+	// Ready while listening and not stopping, leader or not: a follower
+	// forwards, and one without a leader tells its clients to fall back.
+	s.probes.SetReady(true)
 	s.log.Info("budgetd serving", "addr", lis.Addr().String(), "advertise", self, "etcd", where, "endpoints", endpoints)
 	g.Go(func() error {
 		<-gctx.Done()
 		s.health.Shutdown()
+		s.probes.SetReady(false)
 		s.awaitEtcdWork(&etcdWork, abandonEtcd)
 		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 		defer cancel()

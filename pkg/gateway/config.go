@@ -55,6 +55,12 @@ type Config struct {
 	// Verifiers is a static list of verifier addresses, used in addition to
 	// any found through etcd.
 	Verifiers []string
+	// VerifierServerName, when set, is the name every verifier's
+	// certificate must carry, checked in place of the host dialled: where
+	// verifiers register addresses no certificate can name in advance (a
+	// pod's IP). Empty: each verifier's certificate must name the host of
+	// its address. The CA and the caller's role still decide who it is.
+	VerifierServerName string
 	// SettingsKey is the etcd key of the runtime settings (JSON, see
 	// package settings); changes apply without a restart.
 	SettingsKey string

@@ -93,6 +93,7 @@ type Gateway struct {
 	grpc    *grpc.Server
 	conns   *serving.Connections // bounds and counts the gRPC listener's connections
 	health  *health.Server
+	probes  *serving.Probes  // liveness and readiness on the metrics port
 	streams *serving.Streams // ended at stop, so GracefulStop need not wait for them
 
 	clientRatio  *retryCounts // arrivals: first attempts vs retries
@@ -155,6 +156,7 @@ func New(cfg Config) (*Gateway, error) {
 		shares:      shares,
 		parser:      parser,
 		health:      health.NewServer(),
+		probes:      serving.NewProbes(),
 		streams:     serving.NewStreams(),
 		calls:       newCallSet(),
 		clientRatio: newRetryCounts(),
@@ -193,7 +195,7 @@ func New(cfg Config) (*Gateway, error) {
 		QueueDelay: cfg.VerifierQueueDelay,
 		RetireFor:  cfg.Deadline.Max,
 		Probe:      probe,
-		Transport:  cfg.TLS.DialOption(""),
+		Transport:  cfg.TLS.DialOption(cfg.VerifierServerName),
 		// A bad answer has the outliers judged at once, and with them the
 		// autopilot's verifiers that refuse everything.
 		AfterJudging: func(now time.Time) { g.auto.ejectRefusing(now) },
@@ -317,7 +319,11 @@ func (g *Gateway) Serve(ctx context.Context, lis, mlis net.Listener) error {
 		}
 		return nil
 	})
-	stopHTTP := serving.HTTP(grp, "gateway", mlis, promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg}))
+	stopHTTP := serving.HTTP(grp, "gateway", mlis, g.probes.Handler(promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg})))
+	// Ready while listening and not stopping. Not tied to the verifiers
+	// (the health service's answer is): a gateway with none still answers
+	// UNAVAILABLE with a pushback, which beats an empty Service.
+	g.probes.SetReady(true)
 	if g.etcd != nil {
 		grp.Go(func() error {
 			etcdwatch.Follow(gctx, g.etcd, g.cfg.VerifiersTarget+"/", true, g.verifiers, g.log, "verifier registrations", 2*time.Second)
@@ -341,6 +347,7 @@ func (g *Gateway) Serve(ctx context.Context, lis, mlis net.Listener) error {
 	grp.Go(func() error {
 		<-gctx.Done()
 		g.setServing(false)
+		g.probes.SetReady(false)
 		g.log.Info("gateway stopping")
 		sctx, cancel := context.WithTimeout(context.Background(), g.cfg.Deadline.Max)
 		defer cancel()
@@ -396,6 +403,7 @@ func (g *Gateway) tick() {
 func (g *Gateway) Close() {
 	g.closeOnce.Do(func() {
 		g.grpc.Stop()
+		g.probes.Stop()
 		g.verifiers.Close()
 		g.closeClients()
 	})

@@ -11,6 +11,7 @@ import (
 func (s *Server) drain() {
 	s.log.Info("verifier draining")
 	s.health.Shutdown() // every service NOT_SERVING, and it stays so
+	s.probes.SetReady(false)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
 	defer cancel()
 	if err := s.pool.Drain(ctx); err != nil {

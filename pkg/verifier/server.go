@@ -34,7 +34,9 @@
 //   - Health is NOT_SERVING until the workers are warm, and again from the
 //     moment a drain starts; during a drain new calls get UNAVAILABLE
 //     (retryable elsewhere) while queued work is finished or dropped by its
-//     deadline.
+//     deadline. The probes on the metrics port (internal/serving.Probes)
+//     follow: readiness only while warm and not draining, never because
+//     the workers are busy; liveness whenever the process answers.
 //   - With EtcdEndpoints, the node is in etcd under RegistryTarget (for
 //     gateways' naming resolver) only while warm and not draining: it
 //     registers once SERVING and deregisters before anything else when a
@@ -53,6 +55,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
@@ -99,6 +102,8 @@ type Server struct {
 	grpc    *grpc.Server
 	conns   *serving.Connections // bounds and counts the gRPC listener's connections
 	load    *loadReporter
+	demand  *demand
+	probes  *serving.Probes // liveness and readiness on the metrics port
 
 	// beforeHash, when set (by tests, before Serve), runs on the worker just
 	// before each hash of a request, after every admission check passed. ctx
@@ -140,6 +145,7 @@ func New(cfg Config) (*Server, error) {
 		stall:   newStallDetector(),
 		health:  health.NewServer(),
 		streams: serving.NewStreams(),
+		probes:  serving.NewProbes(),
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -171,6 +177,8 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = newMetrics(s.reg, pool, s.model, s.policy, s.stall)
 	s.admin = newAdminServer(pool, cfg.Workers, cfg.EnableCapacityKnob, s.log)
 	s.load = newLoadReporter(pool, cfg.QueueCapacity)
+	s.demand = newDemand(pool, v, s.model, s.policy, time.Now)
+	s.reg.MustRegister(s.demand.collector())
 
 	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 		grpcprom.WithHistogramBuckets(latencyBuckets)))
@@ -179,7 +187,7 @@ func New(cfg Config) (*Server, error) {
 	s.conns = cfg.ServerLimits.Connections()
 	s.reg.MustRegister(s.conns.Collectors()...)
 	unary := []grpc.UnaryServerInterceptor{grpcMetrics.UnaryServerInterceptor(), cfg.Deadline.UnaryServerInterceptor(),
-		callmeta.UnaryServerInterceptor()}
+		callmeta.UnaryServerInterceptor(), s.demand.interceptor()}
 	stream := []grpc.StreamServerInterceptor{grpcMetrics.StreamServerInterceptor(), cfg.Deadline.StreamServerInterceptor(),
 		s.streams.Interceptor()}
 	if cfg.Unguarded {
@@ -239,6 +247,7 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
 func (s *Server) setServing(on bool) {
 	serving.SetHealth(s.health, on, verifyv1.VerifyService_ServiceDesc.ServiceName)
+	s.probes.SetReady(on)
 }
 
 // Run listens on cfg.ListenAddr (and cfg.MetricsAddr) and serves until ctx
@@ -287,7 +296,7 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) error {
 		}
 		return nil
 	})
-	stopHTTP := serving.HTTP(g, "verifier", mlis, promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	stopHTTP := serving.HTTP(g, "verifier", mlis, s.probes.Handler(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})))
 	g.Go(func() error {
 		s.stall.run(gctx)
 		return nil
@@ -317,6 +326,7 @@ func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) error {
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		s.grpc.Stop()
+		s.probes.Stop()
 		s.admin.close()
 		s.pool.Close()
 	})

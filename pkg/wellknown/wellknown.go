@@ -37,6 +37,15 @@ const Loopback = "127.0.0.1"
 // LoopbackAddr is Loopback:port.
 func LoopbackAddr(port int) string { return net.JoinHostPort(Loopback, strconv.Itoa(port)) }
 
+// The gRPC health services a server answers in plaintext on its metrics
+// port for an orchestrator's probes (internal/serving.Probes): liveness is
+// SERVING while the process answers, readiness while it is warm and not
+// draining. The Helm chart's probes name them.
+const (
+	ProbeLiveness  = "liveness"
+	ProbeReadiness = "readiness"
+)
+
 // Flags every server command takes (verifier, gateway, budgetd), and levee
 // etcd the transport ones.
 const (
@@ -69,9 +78,10 @@ const (
 
 // Flags of cmd/gateway that other programs pass.
 const (
-	FlagVerifiers      = "verifiers"
-	FlagBudgetd        = "budgetd"
-	FlagAllowAnonymous = "allow-anonymous"
+	FlagVerifiers          = "verifiers"
+	FlagVerifierServerName = "verifier-server-name"
+	FlagBudgetd            = "budgetd"
+	FlagAllowAnonymous     = "allow-anonymous"
 )
 
 // Flags of levee etcd, which the lab runs as its fleets' etcd.
@@ -90,7 +100,7 @@ var (
 		FlagUnguarded, FlagWorkers, FlagMemoryBudget, FlagArgon2MemoryKiB, FlagArgon2Iterations,
 		FlagArgon2Parallelism, FlagMaxMemoryKiB, FlagEnableCapacityKnob, FlagDrainTimeout}
 	GatewayFlags = []string{FlagListen, FlagMetricsListen, FlagEtcd, FlagTLSDir, FlagInsecure, FlagUnguarded,
-		FlagVerifiers, FlagBudgetd}
+		FlagVerifiers, FlagVerifierServerName, FlagBudgetd}
 	BudgetdFlags = []string{FlagListen, FlagMetricsListen, FlagAdvertise, FlagEtcd, FlagTLSDir, FlagInsecure}
 	EtcdFlags    = []string{FlagEtcdDataDir, FlagEtcdName, FlagEtcdClientURL, FlagEtcdPeerURL, FlagEtcdAuth,
 		FlagTLSDir, FlagInsecure}
@@ -123,6 +133,7 @@ const (
 	MetricVerifierQueueLength     = "levee_verifier_queue_length"
 	MetricVerifierExpectedService = "levee_verifier_expected_service_seconds"
 	MetricVerifierTenantWork      = "levee_verifier_tenant_work_seconds_total"
+	MetricVerifierDemand          = "levee_verifier_demand_ratio"
 )
 
 // Metrics of budgetd, and of the budget client every retrying process
@@ -156,7 +167,8 @@ var (
 		MetricGatewayVerifierBreaker, MetricGatewayVerifierServing, MetricGatewayMargin, MetricGatewayMarginOffered,
 		MetricGatewayMarginCapacity, MetricGatewayMarginCongestedAt}, processMetrics...)
 	VerifierMetrics = append([]string{MetricVerifierAttempts, MetricVerifierLate, MetricVerifierDropped,
-		MetricVerifierQueueWait, MetricVerifierQueueLength, MetricVerifierExpectedService, MetricVerifierTenantWork},
+		MetricVerifierQueueWait, MetricVerifierQueueLength, MetricVerifierExpectedService, MetricVerifierTenantWork,
+		MetricVerifierDemand},
 		processMetrics...)
 	BudgetdMetrics = append([]string{MetricBudgetdIsLeader}, processMetrics...)
 	BudgetMetrics  = []string{MetricBudgetFallback, MetricBudgetTokens}

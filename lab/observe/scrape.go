@@ -284,7 +284,7 @@ func (sc *Scraper) Read(ctx context.Context, timeout time.Duration) map[string]f
 	}
 	sort.Slice(pages, func(i, j int) bool { return pages[i].m.Name < pages[j].m.Name })
 	queue := map[float64]float64{}
-	tenantSums := map[string]float64{}
+	verifierSums := map[string]float64{}
 	wasted, anyVerifier := 0.0, false
 	for _, p := range pages {
 		pre, name, mfs := prefix(p.m), p.m.Name, p.mfs
@@ -352,14 +352,19 @@ func (sc *Scraper) Read(ctx context.Context, timeout time.Duration) map[string]f
 			for b, c := range sc.histDelta(name, "queue_wait", buckets(mfs, wellknown.MetricVerifierQueueWait)) {
 				queue[b] += c
 			}
+			for _, r := range verifierDropReasons {
+				if d := sc.delta(name, "dropped_"+r, sumOf(mfs, wellknown.MetricVerifierDropped, map[string]string{"reason": r})); !math.IsNaN(d) {
+					verifierSums["verifiers_dropped_"+r] += d
+				}
+			}
 			for _, t := range sc.tenants {
 				by := map[string]string{"tenant": t}
 				if d := sc.delta(name, "tenant_arrivals_"+t, sumOf(mfs, wellknown.MetricVerifierAttempts, by)); !math.IsNaN(d) {
-					tenantSums[TenantArrivalsColumn(t)] += d
+					verifierSums[TenantArrivalsColumn(t)] += d
 				}
 				if work, ok := tenantWork(mfs, by); ok {
 					if d := sc.delta(name, "tenant_work_"+t, work); !math.IsNaN(d) {
-						tenantSums[TenantWorkColumn(t)] += d
+						verifierSums[TenantWorkColumn(t)] += d
 					}
 				}
 			}
@@ -367,7 +372,7 @@ func (sc *Scraper) Read(ctx context.Context, timeout time.Duration) map[string]f
 			set(pre+"_leader", sumOf(mfs, wellknown.MetricBudgetdIsLeader, nil))
 		}
 	}
-	for col, v := range tenantSums {
+	for col, v := range verifierSums {
 		out[col] = v
 	}
 	if anyVerifier {
@@ -381,6 +386,12 @@ func (sc *Scraper) Read(ctx context.Context, timeout time.Duration) map[string]f
 	}
 	return out
 }
+
+// verifierDropReasons are the reasons a verifier gives for a call it did
+// not hash (levee_verifier_dropped_total{reason}), read into
+// verifiers_dropped_<reason> columns summed over verifiers: where calls
+// were lost beyond the gateway.
+var verifierDropReasons = []string{"arrival", "deadline", "dequeue_expired", "queue_expired", "cancelled", "draining", "over_memory"}
 
 // tenantWork is the seconds a verifier's workers spent hashing for the
 // tenant of labels; ok is false when the verifier does not count them.

@@ -145,12 +145,46 @@ func writeTenantTable(md *strings.Builder, rs []*experiment.Result) {
 				refused, quiet, kept, eq, cpu)
 		}
 	}
+	fmt.Fprintf(md, "\nRefused at the gateway and dropped at the verifiers over the baseline, by reason, all tenants together:\n\n")
+	for _, r := range rs {
+		if len(r.Tenants) > 0 {
+			fmt.Fprintf(md, "- %s%s, %s, seed %d: %s\n", r.Fleet, variantSuffix(r.Variant), experiment.FormatTenants(tenantsOf(r)), r.Spec.Seed, refusalsLine(r))
+		}
+	}
+}
+
+// refusalsLine says where a run's calls were refused or dropped over its
+// baseline, all tenants together: the gateway's refusals by reason and the
+// verifiers' drops by reason (the scraped gw_refused_* and
+// verifiers_dropped_* columns), those that happened.
+func refusalsLine(r *experiment.Result) string {
+	var parts []string
+	for _, c := range r.Series.Columns() {
+		name, gw := strings.CutPrefix(c, "gw_refused_")
+		if !gw {
+			if name, _ = strings.CutPrefix(c, "verifiers_dropped_"); name == c {
+				continue
+			}
+		}
+		n := observe.SumKnown(r.Series.Scraped(c), r.Base.From, r.Base.To)
+		if n > 0 {
+			where := "verifiers"
+			if gw {
+				where = "gateway"
+			}
+			parts = append(parts, fmt.Sprintf("%s %s %.0f", where, name, n))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 var tenantSummaryHeader = []string{"fleet", "variant", "tenants", "trigger", "duration_s", "load", "seed", "capacity_per_s",
 	"goodput_per_s", "goodput_over_c", "tenant", "tenant_load", "kind", "cost", "offered_per_s", "served_per_s",
 	"served_fraction", "work_share_estimate", "work_share_verifiers", "recovered", "recovery_s", "stuck",
-	"attempts_lost", "gateway_refused_tenant_share", "verifier_arrivals", "quiet_served_ok", "goodput_ok",
+	"attempts_lost", "gateway_refused_tenant_share", "refused_and_dropped", "verifier_arrivals", "quiet_served_ok", "goodput_ok",
 	"hashing_equal_worst", "hashing_equal_ok", "lab_cpu_cores", "host_cpu_cores", "other_cpu_cores"}
 
 // writeTenantSummary writes one row per run and tenant.
@@ -180,7 +214,7 @@ func writeTenantSummary(w io.Writer, rs []*experiment.Result) error {
 				f(r.Verdict.Baseline, 1), f(r.GoodputOverC(), 4), t.Tenant.Name, f(t.Tenant.Load, 2), string(t.Tenant.Kind),
 				strconv.Itoa(t.Tenant.Cost), f(t.Offered, 1), f(t.Served, 1), f(t.ServedFraction, 4), f(t.WorkShare, 4),
 				f(t.VerifierWorkShare, 4), strconv.FormatBool(t.Recovered), rec, strconv.FormatBool(t.Stuck), lostLine(t),
-				f(refused, 0), f(arrivals, 0), strconv.FormatBool(r.QuietServed()), strconv.FormatBool(r.GoodputKept()),
+				f(refused, 0), refusalsLine(r), f(arrivals, 0), strconv.FormatBool(r.QuietServed()), strconv.FormatBool(r.GoodputKept()),
 				f(worst, 4), strconv.FormatBool(equal),
 				f(observe.MeanKnown(r.Series.Scraped(observe.ColLabCPU), 0, r.Obs.To), 2),
 				f(observe.MeanKnown(r.Series.Scraped(observe.ColHostCPU), 0, r.Obs.To), 2),

@@ -13,9 +13,9 @@ type preset struct {
 }
 
 // tenantRun is the shape of the tenant experiments: healthy load (no
-// trigger), the Levee fleet only, 5 s of warm-up and 25 s judged, three
+// trigger), the Levee fleet only, 10 s of warm-up and 20 s judged, three
 // seeds, fair share on and off.
-var tenantRun = []string{"-fleets", "levee", "-trigger", "none", "-after", "0s", "-warmup", "5s", "-baseline", "25s",
+var tenantRun = []string{"-fleets", "levee", "-trigger", "none", "-after", "0s", "-warmup", "10s", "-baseline", "20s",
 	"-seeds", "3", "-fair-share", "on,off"}
 
 // presets are the named experiments (docs/lab.md, "Tenants").

@@ -131,7 +131,10 @@ func (s *Server) run(ctx context.Context, rpc string, h *verify.Hash, fn func())
 func (s *Server) runCost(ctx context.Context, rpc string, h *verify.Hash, cost time.Duration, mem int64,
 	single func() bool, fn func()) error {
 	alg := h.Algorithm.String()
-	res, err := s.pool.Submit(ctx, cost, mem, func() {
+	// Each tenant is a flow of the pool: the workers are shared among the
+	// tenants with work queued, by expected cost (package workpool).
+	tenant := callmeta.FromContext(ctx).Tenant
+	res, err := s.pool.SubmitFlow(ctx, tenant, cost, mem, func() {
 		s.metrics.hashes.WithLabelValues(alg).Inc()
 		if s.beforeHash != nil {
 			s.beforeHash(ctx, rpc)
@@ -149,6 +152,7 @@ func (s *Server) runCost(ctx context.Context, rpc string, h *verify.Hash, cost t
 		Workers: s.slots(), MaxQueueWait: s.queueBound()}.Trailer())
 	s.metrics.queueWait.WithLabelValues(rpc).Observe(res.Wait.Seconds())
 	s.metrics.service.WithLabelValues(alg).Observe(res.Service.Seconds())
+	s.metrics.work(tenant, res.Service)
 	// Learn only from what measured the node's speed for a caller who
 	// waited: not a run whose caller left, nor one that spanned a stall.
 	if now := time.Now(); (single == nil || single()) && ctx.Err() == nil &&
@@ -187,6 +191,7 @@ func (s *Server) queueBound() time.Duration {
 // Refusals are built once: the shed path formats nothing.
 var (
 	errQueueFull      = status.Error(codes.ResourceExhausted, "verifier overloaded: queue full; do not retry")
+	errPushedOut      = status.Error(codes.ResourceExhausted, "verifier overloaded: queue full, and this tenant had the most calls queued; do not retry")
 	errWaitTooLong    = status.Error(codes.ResourceExhausted, "verifier overloaded: projected queue wait exceeds the maximum; do not retry")
 	errWouldMiss      = status.Error(codes.DeadlineExceeded, "projected queue wait plus the expected hash time would overrun this call's deadline; not queued")
 	errDraining       = status.Error(codes.Unavailable, "verifier draining: send to another node")
@@ -202,6 +207,11 @@ func (s *Server) notRun(ctx context.Context, rpc string, h *verify.Hash, res wor
 	switch {
 	case errors.Is(err, workpool.ErrQueueFull):
 		st = errQueueFull
+	case errors.Is(err, workpool.ErrPushedOut):
+		// Queued, then its place went to a tenant with fewer calls queued:
+		// overload, as a full queue at arrival is.
+		s.metrics.queueWait.WithLabelValues(rpc).Observe(res.Wait.Seconds())
+		reason, st = reasonPushedOut, errPushedOut
 	case errors.Is(err, workpool.ErrWaitTooLong):
 		st = errWaitTooLong
 	case errors.Is(err, workpool.ErrWouldMissDeadline):

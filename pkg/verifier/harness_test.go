@@ -342,7 +342,7 @@ func value(m *dto.Metric) float64 {
 func (h *harness) dropped() map[string]float64 {
 	h.t.Helper()
 	got := map[string]float64{}
-	for _, r := range []string{reasonArrival, reasonDeadline, reasonExpired, reasonQueueExpired, reasonCancel, reasonDraining} {
+	for _, r := range []string{reasonArrival, reasonDeadline, reasonExpired, reasonQueueExpired, reasonCancel, reasonDraining, reasonPushedOut} {
 		if n := h.metric("levee_verifier_dropped_total", map[string]string{"reason": r}); n != 0 {
 			got[r] = n
 		}

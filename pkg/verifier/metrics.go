@@ -21,6 +21,7 @@ const (
 	reasonCancel       = "cancelled"       // caller left while queued
 	reasonDraining     = "draining"        // node draining or closed
 	reasonTooBig       = "over_memory"     // stored hash needs more memory than the whole budget
+	reasonPushedOut    = "pushed_out"      // queued, then its place in the full queue went to a tenant with fewer queued (overload)
 )
 
 type metrics struct {
@@ -34,6 +35,7 @@ type metrics struct {
 	// Credential-stuffing signals.
 	attempts *prometheus.CounterVec // by algorithm, tenant
 	verdicts *prometheus.CounterVec // by algorithm, tenant, result
+	workSecs *prometheus.CounterVec // by tenant
 	tenants  *tenantlabel.Labels
 }
 
@@ -68,7 +70,7 @@ func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *verify.Co
 		}, []string{"rpc"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: wellknown.MetricVerifierDropped,
-			Help: "Requests not hashed, by reason (arrival, deadline, dequeue_expired, queue_expired, cancelled, draining, over_memory) and priority.",
+			Help: "Requests not hashed, by reason (arrival, deadline, dequeue_expired, queue_expired, cancelled, draining, over_memory, pushed_out) and priority.",
 		}, []string{"reason", "priority"}),
 		hashes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "levee_verifier_hashes_total",
@@ -86,10 +88,15 @@ func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *verify.Co
 		Name: "levee_verifier_verdicts_total",
 		Help: "Verify calls answered, by algorithm, tenant and result (match, no_match, no_user). Match ratio = match / all; a falling ratio with rising attempts, or many no_user, is the shape of credential stuffing.",
 	}, []string{"algorithm", "tenant", "result"})
-	reg.MustRegister(m.attempts, m.verdicts)
+	m.workSecs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: wellknown.MetricVerifierTenantWork,
+		Help: "Seconds workers were held by each tenant's hashes (tenant: the 32 busiest, chosen again every minute; then other). The queue shares workers among the tenants with calls queued, so while two are busy their rates should be about equal.",
+	}, []string{"tenant"})
+	reg.MustRegister(m.attempts, m.verdicts, m.workSecs)
 	m.tenants, _ = tenantlabel.New(tenantlabel.Config{Max: MaxTenantLabels, Period: time.Minute, Dropped: func(tenant string) {
 		m.attempts.DeletePartialMatch(prometheus.Labels{"tenant": tenant})
 		m.verdicts.DeletePartialMatch(prometheus.Labels{"tenant": tenant})
+		m.workSecs.DeletePartialMatch(prometheus.Labels{"tenant": tenant})
 	}}) // valid by construction
 	reg.MustRegister(m.queueWait, m.service, m.goodput, m.late, m.dropped, m.hashes,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -143,7 +150,7 @@ func newMetrics(reg prometheus.Registerer, pool *workpool.Pool, model *verify.Co
 		m.service.WithLabelValues(a.String())
 		m.hashes.WithLabelValues(a.String())
 	}
-	for _, r := range []string{reasonArrival, reasonDeadline, reasonExpired, reasonQueueExpired, reasonCancel, reasonDraining, reasonTooBig} {
+	for _, r := range []string{reasonArrival, reasonDeadline, reasonExpired, reasonQueueExpired, reasonCancel, reasonDraining, reasonTooBig, reasonPushedOut} {
 		for _, p := range []callmeta.Priority{callmeta.Critical, callmeta.Interactive, callmeta.Batch} {
 			m.dropped.WithLabelValues(r, p.String())
 		}
@@ -161,6 +168,11 @@ func b2f(b bool) float64 {
 // attempt counts a well-formed Verify call.
 func (m *metrics) attempt(h *verify.Hash, tenant string) {
 	m.attempts.WithLabelValues(h.Algorithm.String(), m.tenants.Label(tenant)).Inc()
+}
+
+// work counts the time a worker was held for tenant.
+func (m *metrics) work(tenant string, held time.Duration) {
+	m.workSecs.WithLabelValues(m.tenants.Label(tenant)).Add(held.Seconds())
 }
 
 // verdict counts an answered Verify call.

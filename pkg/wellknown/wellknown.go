@@ -122,6 +122,7 @@ const (
 	MetricVerifierQueueWait       = "levee_verifier_queue_wait_seconds"
 	MetricVerifierQueueLength     = "levee_verifier_queue_length"
 	MetricVerifierExpectedService = "levee_verifier_expected_service_seconds"
+	MetricVerifierTenantWork      = "levee_verifier_tenant_work_seconds_total"
 )
 
 // Metrics of budgetd, and of the budget client every retrying process
@@ -155,7 +156,8 @@ var (
 		MetricGatewayVerifierBreaker, MetricGatewayVerifierServing, MetricGatewayMargin, MetricGatewayMarginOffered,
 		MetricGatewayMarginCapacity, MetricGatewayMarginCongestedAt}, processMetrics...)
 	VerifierMetrics = append([]string{MetricVerifierAttempts, MetricVerifierLate, MetricVerifierDropped,
-		MetricVerifierQueueWait, MetricVerifierQueueLength, MetricVerifierExpectedService}, processMetrics...)
+		MetricVerifierQueueWait, MetricVerifierQueueLength, MetricVerifierExpectedService, MetricVerifierTenantWork},
+		processMetrics...)
 	BudgetdMetrics = append([]string{MetricBudgetdIsLeader}, processMetrics...)
 	BudgetMetrics  = []string{MetricBudgetFallback, MetricBudgetTokens}
 )

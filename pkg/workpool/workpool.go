@@ -33,6 +33,19 @@
 //   - The projected wait accounts for memory: when the budget over the mean
 //     memory of the queued jobs is below the active workers, that many jobs
 //     are expected to run at once, not the workers.
+//   - Fair queueing by flow (SubmitFlow's flow: the verifier's tenant): the
+//     workers are shared among the flows with jobs queued by expected cost,
+//     not by arrival. The next job comes from the flow that has been served
+//     the least expected cost; a flow that starts queueing joins at the
+//     level of the flow served last, so time without queued work earns it
+//     no credit, and a flow whose last queued job leaves is forgotten.
+//     Inside a flow the order above holds (oldest first, newest first when
+//     late). Admission projects each arrival's wait as fair queueing will
+//     serve it: a flow with little queued waits for little, however much
+//     another flow has queued. When the queue is full, an arrival from a
+//     flow with at least two fewer jobs queued than the longest flow takes
+//     the place of that flow's newest job (ErrPushedOut) instead of being
+//     refused. The pool holds one record per flow with jobs queued, no more.
 //
 // Config.Unguarded turns every one of these defences off, for the lab's
 // control fleet (levee-lab): see its doc.
@@ -42,10 +55,12 @@
 package workpool
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -80,6 +95,10 @@ var (
 	ErrCancelled = errors.New("workpool: caller left while queued")
 	// ErrClosed: the pool closed before the job ran.
 	ErrClosed = errors.New("workpool: closed")
+	// ErrPushedOut: the job was queued, and then, the queue being full,
+	// taken out to make room for an arrival from a flow with fewer jobs
+	// queued. Like a refusal at arrival it says the node is overloaded.
+	ErrPushedOut = errors.New("workpool: pushed out of the full queue by a flow with fewer jobs queued")
 )
 
 // Config sizes a Pool.
@@ -170,8 +189,10 @@ const (
 type job struct {
 	ctx      context.Context
 	fn       func()
+	flow     *flow
 	cost     time.Duration
 	mem      int64
+	seq      uint64 // arrival order
 	enqueued time.Time
 	// due is when it was projected to start: enqueued plus the projected
 	// wait that admitted it. The queue is late when its oldest job is past
@@ -183,7 +204,20 @@ type job struct {
 	res      Result
 	done     chan struct{}
 
-	prev, next *job
+	prev, next   *job // in the pool's arrival order
+	fprev, fnext *job // in its flow's arrival order
+}
+
+// flow is one flow's queued jobs. It exists while it has jobs queued.
+type flow struct {
+	key        string
+	head, tail *job
+	queued     int
+	queuedCost time.Duration
+	// served is the expected cost of the flow's jobs started since it was
+	// created, counted from the pool's virtual time at its creation: the
+	// flow with the least served is served next.
+	served float64
 }
 
 // Pool is a bounded, deadline-aware worker pool. Create it with New.
@@ -199,6 +233,14 @@ type Pool struct {
 	queued     int
 	queuedCost time.Duration
 	queuedMem  int64
+	flows      map[string]*flow
+	// vtime is the served level of the flow picked last (the most any
+	// picked flow had been served before its pick): a flow that starts
+	// queueing begins there, so that time it spent without queued work
+	// earns it no credit over flows that kept the workers busy.
+	vtime      float64
+	order      []*flow // pickLocked's scratch: flows in service order
+	passed     []*job  // pickLocked's scratch: jobs passed over for memory
 	memInUse   int64
 	peakMem    int64
 	memBlocked bool // a queued job did not fit the memory left when last looked at
@@ -209,6 +251,7 @@ type Pool struct {
 	draining   bool
 	closed     bool
 	completed  uint64
+	arrivals   uint64 // jobs ever queued: the next job's seq
 
 	stop chan struct{} // closed by Close: interrupts slowdown holds
 	wg   sync.WaitGroup
@@ -219,7 +262,8 @@ func New(cfg Config) (*Pool, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	p := &Pool{cfg: cfg, now: cfg.Now, active: cfg.Workers, slowdown: 1, stop: make(chan struct{})}
+	p := &Pool{cfg: cfg, now: cfg.Now, active: cfg.Workers, slowdown: 1, stop: make(chan struct{}),
+		flows: make(map[string]*flow)}
 	if p.now == nil {
 		p.now = time.Now
 	}
@@ -233,24 +277,33 @@ func New(cfg Config) (*Pool, error) {
 	return p, nil
 }
 
-// Submit queues fn to run on a worker with expected cost (its own run time,
-// which the pool stretches by the slowdown in force) and mem bytes of the
+// Submit is SubmitFlow in the unnamed flow.
+func (p *Pool) Submit(ctx context.Context, cost time.Duration, mem int64, fn func()) (Result, error) {
+	return p.SubmitFlow(ctx, "", cost, mem, fn)
+}
+
+// SubmitFlow queues fn, a job of flow (a key naming who it is for, such as
+// a tenant), to run on a worker with expected cost (its own run time, which
+// the pool stretches by the slowdown in force) and mem bytes of the
 // MemoryBudget held while it runs (zero or less: none), and waits until it
 // ran or was dropped. It returns nil only when fn ran. Refusals at arrival
 // match ErrRefused; see the package doc for when each error is returned.
-// If ctx ends while fn is running, Submit still waits for fn to return, so
-// that fn may safely write variables the caller reads afterwards.
-func (p *Pool) Submit(ctx context.Context, cost time.Duration, mem int64, fn func()) (Result, error) {
+// If ctx ends while fn is running, SubmitFlow still waits for fn to return,
+// so that fn may safely write variables the caller reads afterwards.
+func (p *Pool) SubmitFlow(ctx context.Context, flow string, cost time.Duration, mem int64, fn func()) (Result, error) {
 	mem = max(mem, 0)
+	if p.cfg.Unguarded {
+		flow = "" // a plain server serves by arrival
+	}
 	now := p.now()
 	p.mu.Lock()
-	wait, err := p.admitLocked(ctx, now, cost, mem)
+	wait, err := p.admitLocked(ctx, now, flow, cost, mem)
 	if err != nil {
 		p.mu.Unlock()
 		return Result{}, err
 	}
 	j := &job{ctx: ctx, fn: fn, cost: cost, mem: mem, enqueued: now, due: now.Add(wait), done: make(chan struct{})}
-	p.pushLocked(j)
+	p.pushLocked(j, flow)
 	p.work.Signal()
 	p.mu.Unlock()
 
@@ -282,7 +335,7 @@ func (p *Pool) Submit(ctx context.Context, cost time.Duration, mem int64, fn fun
 
 // admitLocked decides at arrival and returns the projected wait of the job
 // it admits. It allocates nothing.
-func (p *Pool) admitLocked(ctx context.Context, now time.Time, cost time.Duration, mem int64) (time.Duration, error) {
+func (p *Pool) admitLocked(ctx context.Context, now time.Time, flow string, cost time.Duration, mem int64) (time.Duration, error) {
 	switch {
 	case p.draining || p.closed:
 		return 0, ErrDraining
@@ -290,10 +343,10 @@ func (p *Pool) admitLocked(ctx context.Context, now time.Time, cost time.Duratio
 		return 0, ErrTooBig
 	case p.cfg.Unguarded:
 		return 0, nil
-	case p.queued >= p.cfg.QueueCapacity:
+	case p.queued >= p.cfg.QueueCapacity && !p.canPushOutLocked(flow):
 		return 0, ErrQueueFull
 	}
-	wait := p.projectedWaitLocked()
+	wait := p.projectedWaitForLocked(flow)
 	if wait > p.cfg.MaxQueueWait {
 		return 0, ErrWaitTooLong
 	}
@@ -307,14 +360,85 @@ func (p *Pool) admitLocked(ctx context.Context, now time.Time, cost time.Duratio
 			return 0, ErrWouldMissDeadline
 		}
 	}
+	if p.queued >= p.cfg.QueueCapacity {
+		p.pushOutLocked()
+	}
 	return wait, nil
 }
 
-// projectedWaitLocked estimates how long a job queued now would wait: the
-// expected cost of everything ahead of it spread over the jobs that can run
-// at once, the active workers or, when memory binds first, the budget over
-// the mean memory of the queued jobs.
+// longestLocked is the flow with the most jobs queued (the most queued cost
+// among those), or nil when none is queued.
+func (p *Pool) longestLocked() *flow {
+	var longest *flow
+	for _, f := range p.flows {
+		if longest == nil || f.queued > longest.queued ||
+			f.queued == longest.queued && f.queuedCost > longest.queuedCost {
+			longest = f
+		}
+	}
+	return longest
+}
+
+// canPushOutLocked reports whether an arrival of flow may take the place of
+// a queued job in a full queue: when another flow has at least two more jobs
+// queued than flow has. A flow never pushes out its own jobs, and two
+// flows with equal queues cannot push each other's out in turn.
+func (p *Pool) canPushOutLocked(flow string) bool {
+	own := 0
+	if f := p.flows[flow]; f != nil {
+		own = f.queued
+	}
+	longest := p.longestLocked()
+	return longest != nil && longest.key != flow && longest.queued >= own+2
+}
+
+// pushOutLocked drops the newest job of the longest flow (ErrPushedOut).
+func (p *Pool) pushOutLocked() {
+	j := p.longestLocked().tail
+	p.removeLocked(j)
+	j.res.Wait = p.now().Sub(j.enqueued)
+	j.err = ErrPushedOut
+	p.finishLocked(j)
+}
+
+// projectedWaitLocked estimates how long the queued work takes to start: the
+// expected cost of every queued job spread over the jobs that can run at
+// once.
 func (p *Pool) projectedWaitLocked() time.Duration {
+	return p.spreadLocked(p.queuedCost)
+}
+
+// projectedWaitForLocked estimates how long a job of flow, queued now, would
+// wait under fair queueing. Its flow's next job starts at
+// the flow's served level (the pool's virtual time, for a new flow), so the
+// new job starts at that level plus its flow's queued work. Ahead of it: its
+// own flow's queued work, and from every other flow the jobs that start at
+// or below that level (ties go to the older job, the other flow's): the
+// work between the flow's level and the new job's, plus the job that
+// straddles it (a mean job of that flow), at most all the flow has queued.
+func (p *Pool) projectedWaitForLocked(flow string) time.Duration {
+	if p.queued == 0 {
+		return 0
+	}
+	own := p.flows[flow]
+	start, ahead := p.vtime, time.Duration(0)
+	if own != nil {
+		start, ahead = own.served+float64(own.queuedCost), own.queuedCost
+	}
+	for _, f := range p.flows {
+		if f == own || f.served > start {
+			continue
+		}
+		mean := float64(f.queuedCost) / float64(f.queued)
+		ahead += time.Duration(min(float64(f.queuedCost), start-f.served+mean))
+	}
+	return p.spreadLocked(ahead)
+}
+
+// spreadLocked is how long work queued ahead takes to start: work spread
+// over the jobs that can run at once, the active workers or, when memory
+// binds first, the budget over the mean memory of the queued jobs.
+func (p *Pool) spreadLocked(work time.Duration) time.Duration {
 	if p.queued == 0 {
 		return 0
 	}
@@ -323,17 +447,20 @@ func (p *Pool) projectedWaitLocked() time.Duration {
 		fit := math.Floor(float64(p.cfg.MemoryBudget) * float64(p.queued) / float64(p.queuedMem))
 		par = max(min(par, fit), 1)
 	}
-	return time.Duration(float64(p.queuedCost) * p.slowdown / par)
+	return time.Duration(float64(work) * p.slowdown / par)
 }
 
-// ProjectedWait is the queue wait a job submitted now would expect.
+// ProjectedWait is the queue wait of all the queued work: what a job of a
+// flow that already has most of the queue would expect.
 func (p *Pool) ProjectedWait() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.projectedWaitLocked()
 }
 
-func (p *Pool) pushLocked(j *job) {
+func (p *Pool) pushLocked(j *job, key string) {
+	p.arrivals++
+	j.seq = p.arrivals
 	j.prev = p.tail
 	if p.tail != nil {
 		p.tail.next = j
@@ -344,6 +471,22 @@ func (p *Pool) pushLocked(j *job) {
 	p.queued++
 	p.queuedCost += j.cost
 	p.queuedMem += j.mem
+
+	f := p.flows[key]
+	if f == nil {
+		f = &flow{key: key, served: p.vtime}
+		p.flows[key] = f
+	}
+	j.flow = f
+	j.fprev = f.tail
+	if f.tail != nil {
+		f.tail.fnext = j
+	} else {
+		f.head = j
+	}
+	f.tail = j
+	f.queued++
+	f.queuedCost += j.cost
 }
 
 func (p *Pool) removeLocked(j *job) {
@@ -361,6 +504,25 @@ func (p *Pool) removeLocked(j *job) {
 	p.queued--
 	p.queuedCost -= j.cost
 	p.queuedMem -= j.mem
+
+	f := j.flow
+	if j.fprev != nil {
+		j.fprev.fnext = j.fnext
+	} else {
+		f.head = j.fnext
+	}
+	if j.fnext != nil {
+		j.fnext.fprev = j.fprev
+	} else {
+		f.tail = j.fprev
+	}
+	j.fprev, j.fnext = nil, nil
+	f.queued--
+	f.queuedCost -= j.cost
+	if f.queued == 0 {
+		// Forgotten: what it was served gives it no debt when it returns.
+		delete(p.flows, f.key)
+	}
 	if p.queued == 0 {
 		p.lifo = false
 		p.queuedCost = 0
@@ -370,42 +532,67 @@ func (p *Pool) removeLocked(j *job) {
 }
 
 // pickLocked takes the next job to run, or returns nil when none may start
-// now. Service order is oldest first, or newest first while the queue
-// stands (see updateLIFOLocked). Walking that order, it drops (ErrExpired) every job
-// whose deadline can no longer be met, and takes the first job that fits the
-// memory left, unless a job before it that does not fit has already been
-// passed over Workers times: then nothing starts until that one fits.
+// now. Service order is by flow, the least served first, and inside a flow
+// oldest first, or newest first while the queue stands (see
+// updateLIFOLocked); ties between flows go the same way, to the flow with
+// the oldest job, or with the newest. Walking that order,
+// it drops (ErrExpired) every job whose deadline can no longer be met, and
+// takes the first job that fits the memory left, unless a job before it
+// that does not fit has already been passed over Workers times: then
+// nothing starts until that one fits. The flow of the job taken is counted
+// as served its expected cost.
 func (p *Pool) pickLocked(now time.Time) *job {
 	if p.head == nil {
 		return nil
 	}
 	p.updateLIFOLocked(now)
-	var blocked *job // the first job passed over for memory
-	for j := p.firstLocked(); j != nil; {
-		next := p.afterLocked(j)
-		switch {
-		case p.expiredLocked(j, now):
-			p.removeLocked(j)
-			j.res.Wait = now.Sub(j.enqueued)
-			j.err = ErrExpired
-			p.finishLocked(j)
-		case p.fitsLocked(j):
-			// Everything between blocked and j was passed over.
-			for b := blocked; b != nil && b != j; b = p.afterLocked(b) {
-				b.bypassed++
+	p.order = p.order[:0]
+	for _, f := range p.flows {
+		p.order = append(p.order, f)
+	}
+	if len(p.order) > 1 {
+		slices.SortFunc(p.order, func(a, b *flow) int {
+			if c := cmp.Compare(a.served, b.served); c != 0 {
+				return c
 			}
-			p.removeLocked(j)
-			return j
-		case j.bypassed >= p.cfg.Workers:
-			p.memBlocked = true
-			return nil
-		default:
-			p.memBlocked = true
-			if blocked == nil {
-				blocked = j
+			if p.lifo { // late: the flow with the newest job first
+				return cmp.Compare(b.tail.seq, a.tail.seq)
 			}
+			return cmp.Compare(a.head.seq, b.head.seq)
+		})
+	}
+	defer func() { // hold no finished job or forgotten flow
+		clear(p.order)
+		clear(p.passed)
+		p.passed = p.passed[:0]
+	}()
+	for _, f := range p.order {
+		for j := p.firstInLocked(f); j != nil; {
+			next := p.afterInLocked(j)
+			switch {
+			case p.expiredLocked(j, now):
+				p.removeLocked(j)
+				j.res.Wait = now.Sub(j.enqueued)
+				j.err = ErrExpired
+				p.finishLocked(j)
+			case p.fitsLocked(j):
+				for _, b := range p.passed {
+					b.bypassed++
+				}
+				p.vtime = max(p.vtime, f.served)
+				// At least a nanosecond, so that free jobs take turns too.
+				f.served += max(float64(j.cost), 1)
+				p.removeLocked(j)
+				return j
+			case j.bypassed >= p.cfg.Workers:
+				p.memBlocked = true
+				return nil
+			default:
+				p.memBlocked = true
+				p.passed = append(p.passed, j)
+			}
+			j = next
 		}
-		j = next
 	}
 	return nil
 }
@@ -433,18 +620,20 @@ func (p *Pool) updateLIFOLocked(now time.Time) {
 	p.lifo = now.Sub(p.head.due) > p.cfg.LIFOAfter && p.projectedWaitLocked() > p.cfg.LIFOAfter/4
 }
 
-func (p *Pool) firstLocked() *job {
+// firstInLocked is f's first job in service order.
+func (p *Pool) firstInLocked(f *flow) *job {
 	if p.lifo {
-		return p.tail
+		return f.tail
 	}
-	return p.head
+	return f.head
 }
 
-func (p *Pool) afterLocked(j *job) *job {
+// afterInLocked is the job after j in its flow's service order.
+func (p *Pool) afterInLocked(j *job) *job {
 	if p.lifo {
-		return j.prev
+		return j.fprev
 	}
-	return j.next
+	return j.fnext
 }
 
 func (p *Pool) fitsLocked(j *job) bool {

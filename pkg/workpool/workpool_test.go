@@ -71,6 +71,15 @@ type blocker struct {
 func block(t *testing.T, p *Pool) *blocker {
 	t.Helper()
 	b := &blocker{release: make(chan struct{}), done: make(chan error, 1)}
+	// A test that fails before Release must not leave Close waiting for
+	// this worker for ever.
+	t.Cleanup(func() {
+		select {
+		case <-b.release:
+		default:
+			close(b.release)
+		}
+	})
 	before := p.Stats().Busy
 	go func() {
 		_, err := p.Submit(bounded(t), time.Millisecond, 0, func() { <-b.release })
@@ -102,11 +111,17 @@ func newRecorder() *recorder { return &recorder{errs: map[int]error{}} }
 // successive calls enqueue in call order.
 func (r *recorder) submit(t *testing.T, p *Pool, ctx context.Context, id int, cost time.Duration) {
 	t.Helper()
+	r.submitAs(t, p, ctx, "", id, cost)
+}
+
+// submitAs is submit in flow.
+func (r *recorder) submitAs(t *testing.T, p *Pool, ctx context.Context, flow string, id int, cost time.Duration) {
+	t.Helper()
 	before := p.Stats().Queued
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		_, err := p.Submit(ctx, cost, 0, func() {
+		_, err := p.SubmitFlow(ctx, flow, cost, 0, func() {
 			r.mu.Lock()
 			r.order = append(r.order, id)
 			r.mu.Unlock()

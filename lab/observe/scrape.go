@@ -391,12 +391,15 @@ func (sc *Scraper) Read(ctx context.Context, timeout time.Duration) map[string]f
 // not hash (levee_verifier_dropped_total{reason}), read into
 // verifiers_dropped_<reason> columns summed over verifiers: where calls
 // were lost beyond the gateway.
-var verifierDropReasons = []string{"arrival", "deadline", "dequeue_expired", "queue_expired", "cancelled", "draining", "over_memory"}
+var verifierDropReasons = []string{"arrival", "deadline", "dequeue_expired", "queue_expired", "cancelled", "draining", "over_memory", "pushed_out"}
 
 // tenantWork is the seconds a verifier's workers spent hashing for the
 // tenant of labels; ok is false when the verifier does not count them.
 func tenantWork(mfs promscrape.Families, labels map[string]string) (float64, bool) {
-	return 0, false
+	if _, ok := mfs[wellknown.MetricVerifierTenantWork]; !ok {
+		return 0, false
+	}
+	return sumOf(mfs, wellknown.MetricVerifierTenantWork, labels), true
 }
 
 // selfCPU is the CPU time this process (the lab: load generator and

@@ -25,8 +25,8 @@ var presets = map[string]preset{
 		args: append([]string{"-tenants", "a:0.3:naive,b:3:naive;a:0.3:naive,b:10:naive"}, tenantRun...),
 	},
 	"expensive-hashes": {
-		what: "tenants a and b at 1 C each, naive clients, b's stored hashes costing 5 × the policy's, fair share on and off, three seeds",
-		args: append([]string{"-tenants", "a:1:naive,b:1:naive:cost=5"}, tenantRun...),
+		what: "tenant a at 3 C and tenant b at 1 C with stored hashes costing 5 × the policy's, both more than half the fleet's hashing time, naive clients, fair share on and off, three seeds",
+		args: append([]string{"-tenants", "a:3:naive,b:1:naive:cost=5"}, tenantRun...),
 	},
 }
 

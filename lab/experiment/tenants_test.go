@@ -196,8 +196,13 @@ func TestTenantsNameThemselvesAndAreCountedApart(t *testing.T) {
 	if a.ServedFraction != 1 || b.ServedFraction != 0 || !res.QuietServed() {
 		t.Errorf("served: a %.3f, b %.3f, quiet served %v; want 1, 0, true", a.ServedFraction, b.ServedFraction, res.QuietServed())
 	}
-	if a.WorkShare != 1 || b.WorkShare != 0 {
-		t.Errorf("work shares: a %.3f, b %.3f; want 1, 0 (b served nothing)", a.WorkShare, b.WorkShare)
+	// Successes count by the second they ended, which on a loaded machine
+	// can fall after the short baseline: the shares are judged over the
+	// whole series.
+	all := Window{0, res.Series.Len()}
+	whole := JudgeTenants(res.Series, cl.Tenants, all, Window{all.To, all.To}, Window{all.To, all.To}, 0)
+	if whole[0].WorkShare != 1 || whole[1].WorkShare != 0 {
+		t.Errorf("work shares over the run: a %.3f, b %.3f; want 1, 0 (b served nothing)", whole[0].WorkShare, whole[1].WorkShare)
 	}
 	if b.Attempts[observe.CodeResourceExhausted] == 0 || b.Attempts[observe.CodeOK] != 0 || a.Attempts[observe.CodeResourceExhausted] != 0 {
 		t.Errorf("attempts by code: a %v, b %v; want b's refused and none of a's", a.Attempts, b.Attempts)

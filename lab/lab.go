@@ -110,8 +110,17 @@ type Config struct {
 	Clients    experiment.Clients
 	Capacity   experiment.CapacityConfig
 	Experiment experiment.Spec
-	Grid       experiment.Grid
-	Ramp       experiment.Ramp
+	// Seeds runs a single experiment (Mode Single) this many times,
+	// seeds Experiment.Seed, Experiment.Seed+1, ...; 0 means once.
+	Seeds int
+	// TenantSets, when set, runs every experiment once per set, its
+	// tenants replacing Clients.Tenants.
+	TenantSets [][]experiment.Tenant
+	// Variants, when set, runs every experiment once per variant of the
+	// Levee fleet (the control runs once, as it is).
+	Variants []Variant
+	Grid     experiment.Grid
+	Ramp     experiment.Ramp
 	// Faults and Soak are the suite's and the soak's own settings; Run
 	// fills in what they share with the rest (Experiment, Clients,
 	// Capacity, Logger, Progress) from this Config.
@@ -195,7 +204,37 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("lab: unknown fleet source %q (want local, compose or target)", c.Source))
 	}
 	errs = append(errs, c.Clients.Validate(), c.Capacity.Validate())
+	if c.Seeds < 0 || c.Seeds > 100 {
+		errs = append(errs, fmt.Errorf("lab: seeds must be in [0, 100], got %d", c.Seeds))
+	}
+	for _, ts := range c.TenantSets {
+		cl := c.Clients
+		cl.Tenants = ts
+		errs = append(errs, cl.Validate())
+		for _, t := range ts {
+			if p := t.Params(c.Local.Params); p.Memory > maxVerifierMemoryKiB {
+				errs = append(errs, fmt.Errorf("lab: tenant %s: a hash of %d KiB is above what the verifiers accept by default (%d KiB)",
+					t.Name, p.Memory, maxVerifierMemoryKiB))
+			}
+		}
+	}
+	if len(c.Variants) > 0 && (c.Mode != Single && c.Mode != GridMode || c.Source != Local) {
+		errs = append(errs, errors.New("lab: fleet variants (-fair-share) need a local fleet and a single experiment or the grid"))
+	}
+	if (len(c.TenantSets) > 0 || c.Seeds > 1) && c.Mode != Single && c.Mode != GridMode {
+		errs = append(errs, errors.New("lab: tenant sets and -seeds are for a single experiment or the grid"))
+	}
 	return errors.Join(errs...)
+}
+
+// Variant is a Levee fleet run with flags of its own beside the lab's.
+type Variant struct {
+	// Name says how the fleet differs in reports ("fair-share off");
+	// empty for the fleet as the lab starts it.
+	Name string
+	// GatewayFlags are appended to the gateway's (after
+	// Local.GatewayFlags, so they win).
+	GatewayFlags []string
 }
 
 // Report is what Run found.
@@ -285,7 +324,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var exps []experiment.Spec
 	switch cfg.Mode {
 	case Single:
-		exps = []experiment.Spec{cfg.Experiment}
+		for s := range max(cfg.Seeds, 1) {
+			e := cfg.Experiment
+			e.Seed += uint64(s)
+			exps = append(exps, e)
+		}
 	case GridMode:
 		exps = cfg.Grid.Cells(cfg.Experiment)
 	case RampMode:
@@ -295,23 +338,23 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Source == Target {
 		fleets = []string{"target"}
 	}
-	rep := &Report{Planned: len(exps) * len(fleets)}
-	for i, e := range exps {
-		for _, name := range fleets {
-			res, err := runOne(ctx, cfg, name, q, e)
-			if err != nil {
-				err = fmt.Errorf("lab: %s fleet, %s at %.2f C: %w", name, e.Trigger, e.Load, err)
-				// Interrupted (Ctrl-C, a deadline): hours of a grid are not
-				// thrown away; the report holds the runs that completed.
-				if ctx.Err() != nil && cfg.Out != "" && len(rep.Results) > 0 {
-					err = errors.Join(err, rep.write(cfg))
-				}
-				return rep, err
+	runs := plan(cfg, exps, fleets)
+	rep := &Report{Planned: len(runs)}
+	for i, pr := range runs {
+		res, err := runOne(ctx, pr.cfg, pr.fleet, q, pr.spec)
+		if err != nil {
+			err = fmt.Errorf("lab: %s fleet, %s at %.2f C: %w", pr.fleet, pr.spec.Trigger, pr.spec.Load, err)
+			// Interrupted (Ctrl-C, a deadline): hours of a grid are not
+			// thrown away; the report holds the runs that completed.
+			if ctx.Err() != nil && cfg.Out != "" && len(rep.Results) > 0 {
+				err = errors.Join(err, rep.write(cfg))
 			}
-			rep.Results = append(rep.Results, res)
-			if cfg.Progress != nil {
-				fmt.Fprintf(cfg.Progress, "[%d/%d] %s\n", i+1, len(exps), res.Line())
-			}
+			return rep, err
+		}
+		res.Variant = pr.variant
+		rep.Results = append(rep.Results, res)
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "[%d/%d] %s\n", i+1, len(runs), res.Line())
 		}
 	}
 	if cfg.Out != "" {
@@ -320,6 +363,54 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// maxVerifierMemoryKiB is the largest Argon2 memory a verifier accepts in
+// a stored hash by default (verify.DefaultLimits): a tenant's costlier
+// hash must stay within it.
+const maxVerifierMemoryKiB = 256 << 10
+
+// plannedRun is one run of an experiment: which fleet, which variant of
+// it, and the configuration (tenants, gateway flags) it runs with.
+type plannedRun struct {
+	fleet, variant string
+	spec           experiment.Spec
+	cfg            Config
+}
+
+// plan orders the runs: per tenant set, per experiment (seeds innermost
+// in a grid cell), per variant, per fleet, so that the variants of one seed
+// run back to back and share the machine's conditions.
+func plan(cfg Config, exps []experiment.Spec, fleets []string) []plannedRun {
+	sets := cfg.TenantSets
+	if len(sets) == 0 {
+		sets = [][]experiment.Tenant{cfg.Clients.Tenants}
+	}
+	variants := cfg.Variants
+	if len(variants) == 0 {
+		variants = []Variant{{}}
+	}
+	var out []plannedRun
+	for _, ts := range sets {
+		for _, e := range exps {
+			for vi, v := range variants {
+				for _, name := range fleets {
+					if name == "control" && vi > 0 {
+						continue // the control has no defence to vary
+					}
+					c := cfg
+					c.Clients.Tenants = ts
+					variant := ""
+					if name != "control" {
+						c.Local.GatewayFlags = append(append([]string(nil), cfg.Local.GatewayFlags...), v.GatewayFlags...)
+						variant = v.Name
+					}
+					out = append(out, plannedRun{fleet: name, variant: variant, spec: e, cfg: c})
+				}
+			}
+		}
+	}
+	return out
 }
 
 // write writes the report of rep's runs under cfg.Out.

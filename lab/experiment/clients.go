@@ -18,6 +18,7 @@ import (
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/lab/observe"
 	"github.com/leveehq/levee/pkg/callmeta"
+	"github.com/leveehq/levee/pkg/verify"
 )
 
 // Kind is a client population's behaviour.
@@ -63,6 +64,12 @@ type Clients struct {
 	// Adversary is one caller sending a share of the calls badly, beside
 	// the mix (Kind NoAdversary: none).
 	Adversary Adversary
+
+	// Tenants, when set, replace the mix: each tenant's arrivals are its
+	// own Poisson process at its Load × the experiment's Load × C, of its
+	// own kind, calling with its own stored hash and naming it in
+	// levee-tenant; the series records each tenant on its own too.
+	Tenants []Tenant
 
 	// Conns is how many gRPC connections the lab opens to the target.
 	Conns int
@@ -176,14 +183,26 @@ func (c Clients) Validate() error {
 	if err := c.Adversary.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := validateTenants(c.Tenants); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// uses says whether any population of kind calls: a tenant of that kind, or
+// (without tenants) a positive share of the mix.
+func (c Clients) uses(k Kind) bool {
+	if len(c.Tenants) > 0 {
+		return slices.ContainsFunc(c.Tenants, func(t Tenant) bool { return t.Kind == k })
+	}
+	return c.Mix[k] > 0
 }
 
 // patience is the longest a logical request of the mix can last.
 func (c Clients) patience() time.Duration {
 	var p time.Duration
-	for k, s := range c.Mix {
-		if s <= 0 {
+	for _, k := range Kinds {
+		if !c.uses(k) {
 			continue
 		}
 		switch k {
@@ -287,6 +306,23 @@ func withAttempt(ctx context.Context, n int) context.Context {
 	return context.WithValue(ctx, attemptKey{}, n)
 }
 
+// tenantKey carries the index (in Clients.Tenants) of the tenant a lab
+// call is made for, for recordingConn.
+type tenantKey struct{}
+
+func withTenant(ctx context.Context, i int) context.Context {
+	return context.WithValue(ctx, tenantKey{}, i)
+}
+
+// tenantOf is the tenant index recordingConn counts a call for; -1 for
+// none.
+func tenantOf(ctx context.Context) int {
+	if i, ok := ctx.Value(tenantKey{}).(int); ok {
+		return i
+	}
+	return -1
+}
+
 // attemptOf is the attempt number recordingConn counts a call as: the lab's
 // own note, else the levee-attempt header pkg/client sent, else 1.
 func attemptOf(ctx context.Context) int {
@@ -311,17 +347,21 @@ type recordingConn struct {
 }
 
 func (r recordingConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	first := attemptOf(ctx) <= 1
-	r.s.Add(time.Now(), func(x *observe.Second) {
+	first, tenant := attemptOf(ctx) <= 1, tenantOf(ctx)
+	sent := time.Now()
+	r.s.Add(sent, func(x *observe.Second) {
 		if first {
 			x.First.Add(1)
 		} else {
 			x.Retries.Add(1)
 		}
 	})
+	r.s.AddTenant(sent, tenant, func(x *observe.TenantSecond) { x.Attempts.Add(1) })
 	err := r.cc.Invoke(ctx, method, args, reply, opts...)
 	code := classify(ctx, err)
-	r.s.Add(time.Now(), func(x *observe.Second) { x.Codes[code].Add(1) })
+	ended := time.Now()
+	r.s.Add(ended, func(x *observe.Second) { x.Codes[code].Add(1) })
+	r.s.AddTenant(ended, tenant, func(x *observe.TenantSecond) { x.Codes[code].Add(1) })
 	return err
 }
 
@@ -360,6 +400,20 @@ func classify(ctx context.Context, err error) observe.Code {
 type Request struct {
 	hash     string
 	password []byte
+	// params are the stored hash's, when NewRequest made it.
+	params verify.Params
+}
+
+// costing is q's password under a stored hash cost times q's: memory ×
+// cost (q itself for a cost of 1).
+func (q Request) costing(cost int) (Request, error) {
+	if cost <= 1 {
+		return q, nil
+	}
+	if q.params.Memory == 0 {
+		return Request{}, errors.New("experiment: a tenant's hash cost needs the lab's own stored hash")
+	}
+	return NewRequest(Tenant{Cost: cost}.Params(q.params))
 }
 
 func (q Request) verify() *verifyv1.VerifyRequest {

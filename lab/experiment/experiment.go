@@ -140,6 +140,12 @@ type Result struct {
 	Lifted time.Duration
 	// Adversary is how the adversary's calls ended; nil without one.
 	Adversary *AdversaryCounts
+	// Tenants are the tenants' own verdicts (Clients.Tenants), in order;
+	// nil without tenants.
+	Tenants []TenantVerdict
+	// Variant names how the fleet differed from its defaults in this run
+	// ("fair-share off"); empty for none.
+	Variant string
 }
 
 // Line is the result in one line: fleet, trigger, load, C, verdict.
@@ -154,6 +160,19 @@ func (r *Result) Line() string {
 		v.After, 100*v.AfterFraction, rec, v.Wasted, v.LatencyP99.Round(100*time.Microsecond), r.Capacity.HealthyP99Bound().Round(100*time.Microsecond))
 	if r.Adversary != nil {
 		line += "; " + r.Adversary.String()
+	}
+	if r.Variant != "" {
+		line += "; " + r.Variant
+	}
+	if len(r.Tenants) > 0 {
+		line += fmt.Sprintf("; goodput %.2f C", r.GoodputOverC())
+		for _, t := range r.Tenants {
+			line += fmt.Sprintf("; tenant %s: %.2f C offered, %.2f %% served, hashing share %.3f", t.Tenant.Name,
+				t.Offered/r.Capacity.PerSecond, 100*t.ServedFraction, t.WorkShare)
+			if !math.IsNaN(t.VerifierWorkShare) {
+				line += fmt.Sprintf(" (verifiers: %.3f)", t.VerifierWorkShare)
+			}
+		}
 	}
 	return line
 }
@@ -171,7 +190,7 @@ func NewRequest(params verify.Params) (Request, error) {
 	if err != nil {
 		return Request{}, fmt.Errorf("experiment: %w", err)
 	}
-	return Request{hash: h.String(), password: pw}, nil
+	return Request{hash: h.String(), password: pw, params: params}, nil
 }
 
 // Run runs e against f at capacity (C, logical requests per
@@ -222,6 +241,7 @@ func Run(ctx context.Context, f *drive.Fleet, clients Clients, q Request, capaci
 	go func() { // once a second, the fleet's metrics
 		defer wg.Done()
 		sc := observe.NewScraper(f, keys)
+		sc.SetTenants(s.Tenants())
 		sc.Read(rctx, 400*time.Millisecond) // the first read only sets the counters' zero
 		for i := 0; i < secs; i++ {
 			wait := time.Until(start.Add(time.Duration(i+1) * time.Second))
@@ -292,15 +312,20 @@ func Run(ctx context.Context, f *drive.Fleet, clients Clients, q Request, capaci
 		}
 	}
 
+	// With tenants, the experiment's Load multiplies each tenant's own.
+	scale := capacity.PerSecond
+	if len(clients.Tenants) > 0 {
+		scale *= tenantLoad(clients.Tenants)
+	}
 	if wait := time.Until(start); wait > 0 {
 		time.Sleep(wait)
 	}
 	if adv != nil {
 		arng := mrand.New(mrand.NewPCG(e.Seed, 0x616476))
-		wg.Go(func() { adv.drive(rctx, arng, start, e.rate(capacity.PerSecond), total) })
+		wg.Go(func() { adv.drive(rctx, arng, start, e.rate(scale), total) })
 	}
 	rng := mrand.New(mrand.NewPCG(e.Seed, 0x73746f726d))
-	pop.drive(rctx, rng, e.rate(capacity.PerSecond), total)
+	pop.drive(rctx, rng, e.rate(scale), total)
 	close(scrapeDone)
 	cancel()
 	wg.Wait()
@@ -327,6 +352,7 @@ func Run(ctx context.Context, f *drive.Fleet, clients Clients, q Request, capaci
 		res.Adversary = adv.counts()
 	}
 	res.Verdict = Judge(s, base, trig, obs, afterWindow)
+	res.Tenants = JudgeTenants(s, clients.Tenants, base, trig, obs, afterWindow)
 	return res, nil
 }
 

@@ -35,8 +35,13 @@ type population struct {
 
 	kinds  []Kind
 	kindCw []float64 // cumulative weights
-	pris   []callmeta.Priority
-	priCw  []float64
+	// With tenants, each arrival picks a tenant by its load instead of a
+	// kind from the mix; tenantQ are their stored hashes.
+	tenants  []int
+	tenantCw []float64
+	tenantQ  []Request
+	pris     []callmeta.Priority
+	priCw    []float64
 
 	rr       atomic.Uint64
 	inflight atomic.Int64
@@ -48,11 +53,25 @@ type population struct {
 func newPopulation(cfg Clients, q Request, target, budgetdTarget string, id *mtls.Source, s *observe.Series, log *slog.Logger) (*population, error) {
 	p := &population{cfg: cfg, q: q, s: s}
 	for k, share := range cfg.Mix {
-		if share > 0 {
+		if share > 0 && len(cfg.Tenants) == 0 {
 			p.kinds = append(p.kinds, k)
 		}
 	}
 	sort.Slice(p.kinds, func(i, j int) bool { return p.kinds[i] < p.kinds[j] }) // a seed gives the same run
+	if len(cfg.Tenants) > 0 {
+		names := make([]string, len(cfg.Tenants))
+		for i, t := range cfg.Tenants {
+			names[i] = t.Name
+			p.tenants = append(p.tenants, i)
+			p.tenantCw = append(p.tenantCw, last(p.tenantCw)+t.Load)
+			tq, err := q.costing(t.Cost)
+			if err != nil {
+				return nil, err
+			}
+			p.tenantQ = append(p.tenantQ, tq)
+		}
+		s.SetTenants(names)
+	}
 	for _, k := range p.kinds {
 		p.kindCw = append(p.kindCw, last(p.kindCw)+cfg.Mix[k])
 	}
@@ -71,7 +90,7 @@ func newPopulation(cfg Clients, q Request, target, budgetdTarget string, id *mtl
 		p.conns = append(p.conns, cc)
 		p.rpcs = append(p.rpcs, verifyv1.NewVerifyServiceClient(recordingConn{cc: cc, s: s}))
 	}
-	if cfg.Mix[Levee] > 0 {
+	if cfg.uses(Levee) {
 		for i := range cfg.Levee.Processes {
 			cc := cfg.Levee
 			ccfg := client.DefaultConfig()
@@ -143,8 +162,15 @@ func (p *population) drive(ctx context.Context, rng *rand.Rand, rate func(time.D
 	defer wg.Wait()
 	poisson(ctx, rng, p.s.Start(), rate, d, func(arrival time.Time) {
 		kind, _ := pick(rng, p.kinds, p.kindCw)
+		tenant, tenanted := pick(rng, p.tenants, p.tenantCw)
+		if !tenanted {
+			tenant = -1
+		} else {
+			kind = p.cfg.Tenants[tenant].Kind
+		}
 		pri, _ := pick(rng, p.pris, p.priCw)
 		p.s.Add(arrival, func(x *observe.Second) { x.Offered.Add(1) })
+		p.s.AddTenant(arrival, tenant, func(x *observe.TenantSecond) { x.Offered.Add(1) })
 		if p.inflight.Load() >= int64(p.cfg.MaxInFlight) {
 			p.s.Add(arrival, func(x *observe.Second) { x.Dropped.Add(1) })
 			return
@@ -152,7 +178,7 @@ func (p *population) drive(ctx context.Context, rng *rand.Rand, rate func(time.D
 		p.inflight.Add(1)
 		wg.Go(func() {
 			defer p.inflight.Add(-1)
-			p.one(ctx, kind, pri, arrival)
+			p.one(ctx, kind, pri, tenant, arrival)
 		})
 	})
 }
@@ -191,22 +217,28 @@ func poisson(ctx context.Context, rng *rand.Rand, start time.Time, rate func(tim
 	}
 }
 
-// one runs a logical request of kind and records its fate.
-func (p *population) one(ctx context.Context, kind Kind, pri callmeta.Priority, arrival time.Time) {
+// one runs a logical request of kind (for tenant, an index of
+// Clients.Tenants, or -1) and records its fate.
+func (p *population) one(ctx context.Context, kind Kind, pri callmeta.Priority, tenant int, arrival time.Time) {
 	n := p.rr.Add(1)
 	rpc := p.rpcs[n%uint64(len(p.rpcs))]
 	f := callmeta.Facts{Priority: pri}
+	q := p.q
+	if tenant >= 0 {
+		f.Tenant, q = p.cfg.Tenants[tenant].Name, p.tenantQ[tenant]
+		ctx = withTenant(ctx, tenant)
+	}
 	var ok bool
 	switch kind {
 	case Naive:
-		ok = attemptsUntilOK(ctx, rpc, p.q, f, p.cfg.Naive.Attempts, p.cfg.Naive.Timeout, 0, p.s)
+		ok = attemptsUntilOK(ctx, rpc, q, f, p.cfg.Naive.Attempts, p.cfg.Naive.Timeout, 0, p.s)
 	case Human:
-		ok = attemptsUntilOK(ctx, rpc, p.q, f, p.cfg.Human.Tries, p.cfg.Human.Patience, p.cfg.Human.Think, p.s)
+		ok = attemptsUntilOK(ctx, rpc, q, f, p.cfg.Human.Tries, p.cfg.Human.Patience, p.cfg.Human.Think, p.s)
 	case NoDeadline:
 		// No deadline on the wire: the lab's cap is a cancellation.
 		cctx, cancel := context.WithCancel(ctx)
 		stop := time.AfterFunc(p.cfg.NoDeadline.Cap, cancel)
-		ok = attemptsUntilOK(cctx, rpc, p.q, f, 1, 0, 0, p.s)
+		ok = attemptsUntilOK(cctx, rpc, q, f, 1, 0, 0, p.s)
 		stop.Stop()
 		cancel()
 	case Levee:
@@ -216,7 +248,10 @@ func (p *population) one(ctx context.Context, kind Kind, pri callmeta.Priority, 
 		if pri != callmeta.PriorityUnspecified {
 			opts = append(opts, client.WithPriority(pri))
 		}
-		v, err := lc.Verify(cctx, p.q.hash, p.q.password, opts...)
+		if f.Tenant != "" {
+			opts = append(opts, client.WithTenant(f.Tenant))
+		}
+		v, err := lc.Verify(cctx, q.hash, q.password, opts...)
 		cancel()
 		ok = err == nil
 		if ok && !v.Match {
@@ -237,6 +272,19 @@ func (p *population) one(ctx context.Context, kind Kind, pri callmeta.Priority, 
 		if ok {
 			x.ArrivedOK.Add(1)
 			x.Latency[observe.LatBucket(took)].Add(1)
+		}
+	})
+	p.s.AddTenant(end, tenant, func(x *observe.TenantSecond) {
+		if ok {
+			x.Goodput.Add(1)
+		} else {
+			x.Failed.Add(1)
+		}
+	})
+	p.s.AddTenant(arrival, tenant, func(x *observe.TenantSecond) {
+		x.ArrivedEnded.Add(1)
+		if ok {
+			x.ArrivedOK.Add(1)
 		}
 	})
 }

@@ -28,7 +28,18 @@ const (
 	// ColMarginCapacity is the capacity behind the gateway's bistability
 	// margin.
 	ColMarginCapacity = "gw_margin_capacity"
+	// ColRefusedTenantShare counts the gateway's refusals of calls whose
+	// tenant was over its share (reason tenant_share).
+	ColRefusedTenantShare = "gw_refused_tenant_share"
 )
+
+// TenantArrivalsColumn is the column of the calls the verifiers received
+// for tenant, summed over verifiers (their attempts counter by tenant).
+func TenantArrivalsColumn(tenant string) string { return "verifiers_tenant_" + tenant + "_arrivals" }
+
+// TenantWorkColumn is the column of the seconds the verifiers' workers
+// spent hashing for tenant, summed over verifiers.
+func TenantWorkColumn(tenant string) string { return "verifiers_tenant_" + tenant + "_work_s" }
 
 // fetchMetrics reads a Prometheus text page.
 func fetchMetrics(ctx context.Context, url string) (promscrape.Families, error) {
@@ -112,8 +123,9 @@ func quantile(q float64, cum map[float64]float64) float64 {
 // per-second columns: gauges as read, counters as the change since the last
 // read, histograms as quantiles of the change. Reads must not overlap.
 type Scraper struct {
-	f    *drive.Fleet
-	keys []string // budget keys to show the tokens of
+	f       *drive.Fleet
+	keys    []string // budget keys to show the tokens of
+	tenants []string // tenants to read the verifiers' counts of
 
 	prev     map[string]map[string]float64             // member → counter → last value
 	prevHist map[string]map[string]map[float64]float64 // member → histogram → buckets
@@ -127,6 +139,11 @@ func NewScraper(f *drive.Fleet, keys []string) *Scraper {
 	return &Scraper{f: f, keys: keys, prev: map[string]map[string]float64{},
 		prevHist: map[string]map[string]map[float64]float64{}}
 }
+
+// SetTenants makes the scraper read the verifiers' counts for each of
+// tenants (TenantArrivalsColumn, TenantWorkColumn). Call it before the
+// first Read.
+func (sc *Scraper) SetTenants(tenants []string) { sc.tenants = append([]string(nil), tenants...) }
 
 // prefix is a member's short column prefix: gw, v1, b2, e1.
 func prefix(m *drive.Member) string {
@@ -267,6 +284,7 @@ func (sc *Scraper) Read(ctx context.Context, timeout time.Duration) map[string]f
 	}
 	sort.Slice(pages, func(i, j int) bool { return pages[i].m.Name < pages[j].m.Name })
 	queue := map[float64]float64{}
+	verifierSums := map[string]float64{}
 	wasted, anyVerifier := 0.0, false
 	for _, p := range pages {
 		pre, name, mfs := prefix(p.m), p.m.Name, p.mfs
@@ -299,7 +317,7 @@ func (sc *Scraper) Read(ctx context.Context, timeout time.Duration) map[string]f
 			set(pre+"_admitted", sc.delta(name, "admitted", sumOf(mfs, wellknown.MetricGatewayAdmitted, nil)))
 			set(pre+"_failed", sc.delta(name, "failed", sumOf(mfs, wellknown.MetricGatewayFailed, nil)))
 			set(pre+"_refused", sc.delta(name, "refused", sumOf(mfs, wellknown.MetricGatewayRefused, nil)))
-			for _, r := range []string{"limit", "priority", "busy", "deadline", "no_verifier"} {
+			for _, r := range []string{"limit", "priority", "busy", "deadline", "no_verifier", "tenant_share"} {
 				set(pre+"_refused_"+r, sc.delta(name, "refused_"+r,
 					sumOf(mfs, wellknown.MetricGatewayRefused, map[string]string{"reason": r})))
 			}
@@ -334,9 +352,28 @@ func (sc *Scraper) Read(ctx context.Context, timeout time.Duration) map[string]f
 			for b, c := range sc.histDelta(name, "queue_wait", buckets(mfs, wellknown.MetricVerifierQueueWait)) {
 				queue[b] += c
 			}
+			for _, r := range verifierDropReasons {
+				if d := sc.delta(name, "dropped_"+r, sumOf(mfs, wellknown.MetricVerifierDropped, map[string]string{"reason": r})); !math.IsNaN(d) {
+					verifierSums["verifiers_dropped_"+r] += d
+				}
+			}
+			for _, t := range sc.tenants {
+				by := map[string]string{"tenant": t}
+				if d := sc.delta(name, "tenant_arrivals_"+t, sumOf(mfs, wellknown.MetricVerifierAttempts, by)); !math.IsNaN(d) {
+					verifierSums[TenantArrivalsColumn(t)] += d
+				}
+				if work, ok := tenantWork(mfs, by); ok {
+					if d := sc.delta(name, "tenant_work_"+t, work); !math.IsNaN(d) {
+						verifierSums[TenantWorkColumn(t)] += d
+					}
+				}
+			}
 		case drive.RoleBudgetd:
 			set(pre+"_leader", sumOf(mfs, wellknown.MetricBudgetdIsLeader, nil))
 		}
+	}
+	for col, v := range verifierSums {
+		out[col] = v
 	}
 	if anyVerifier {
 		out[ColWasted] = wasted
@@ -348,6 +385,21 @@ func (sc *Scraper) Read(ctx context.Context, timeout time.Duration) map[string]f
 		}
 	}
 	return out
+}
+
+// verifierDropReasons are the reasons a verifier gives for a call it did
+// not hash (levee_verifier_dropped_total{reason}), read into
+// verifiers_dropped_<reason> columns summed over verifiers: where calls
+// were lost beyond the gateway.
+var verifierDropReasons = []string{"arrival", "deadline", "dequeue_expired", "queue_expired", "cancelled", "draining", "over_memory", "pushed_out"}
+
+// tenantWork is the seconds a verifier's workers spent hashing for the
+// tenant of labels; ok is false when the verifier does not count them.
+func tenantWork(mfs promscrape.Families, labels map[string]string) (float64, bool) {
+	if _, ok := mfs[wellknown.MetricVerifierTenantWork]; !ok {
+		return 0, false
+	}
+	return sumOf(mfs, wellknown.MetricVerifierTenantWork, labels), true
 }
 
 // selfCPU is the CPU time this process (the lab: load generator and

@@ -92,6 +92,9 @@ type Series struct {
 	scraped []map[string]float64 // by second; nil where nothing was scraped
 	columns []string             // scraped column names, sorted
 	phases  []string             // by second: warmup, baseline, trigger, after
+
+	tenants []string         // recorded on their own too (SetTenants)
+	ten     [][]TenantSecond // by second, by tenant
 }
 
 // NewSeries allocates a series of n seconds starting at start.
@@ -234,6 +237,7 @@ func (s *Series) WriteCSV(w io.Writer) error {
 		head = append(head, "attempts_"+c)
 	}
 	head = append(head, "latency_p50_ms", "latency_p99_ms")
+	head = append(head, s.tenantHead()...)
 	head = append(head, s.columns...)
 	if err := cw.Write(head); err != nil {
 		return err
@@ -252,6 +256,7 @@ func (s *Series) WriteCSV(w io.Writer) error {
 		}
 		ms := func(d time.Duration) string { return f(math.Round(float64(d)/float64(time.Millisecond)*10) / 10) }
 		row = append(row, ms(s.LatencyQuantile(i, i+1, 0.5)), ms(s.LatencyQuantile(i, i+1, 0.99)))
+		row = append(row, s.tenantRow(i)...)
 		for _, c := range s.columns {
 			v, ok := s.scraped[i][c]
 			if !ok || math.IsNaN(v) {

@@ -90,7 +90,11 @@ func (rep *runsWriter) write(dir string) error {
 		rep.Files = append(rep.Files, path)
 		return nil
 	}
-	plotted := map[*experiment.Result]string{}
+	plotted, plottedTenants := map[*experiment.Result]string{}, map[*experiment.Result]string{}
+	tenanted := false
+	for _, r := range rep.Results {
+		tenanted = tenanted || len(r.Tenants) > 0
+	}
 	for _, r := range rep.Results {
 		if err := add(filepath.Join(dir, "runs", fileName(r)+".csv"), r.Series.WriteCSV); err != nil {
 			return err
@@ -102,6 +106,14 @@ func (rep *runsWriter) write(dir string) error {
 			}
 			rep.Files = append(rep.Files, png)
 			plotted[r] = filepath.Base(png)
+			if len(r.Tenants) > 0 {
+				tpng := filepath.Join(dir, fileName(r)+"-tenants.png")
+				if err := plotTenants(r, tpng); err != nil {
+					return fmt.Errorf("report: plot: %w", err)
+				}
+				rep.Files = append(rep.Files, tpng)
+				plottedTenants[r] = filepath.Base(tpng)
+			}
 			if r.Adversary != nil {
 				gpng := filepath.Join(dir, fileName(r)+"-gateway.png")
 				if err := plotGateway(r, gpng); err != nil {
@@ -113,6 +125,11 @@ func (rep *runsWriter) write(dir string) error {
 	}
 	if err := add(filepath.Join(dir, "summary.csv"), func(w io.Writer) error { return writeSummary(w, rep.Results) }); err != nil {
 		return err
+	}
+	if tenanted {
+		if err := add(filepath.Join(dir, "summary-tenants.csv"), func(w io.Writer) error { return writeTenantSummary(w, rep.Results) }); err != nil {
+			return err
+		}
 	}
 
 	var md strings.Builder
@@ -134,6 +151,9 @@ func (rep *runsWriter) write(dir string) error {
 	}
 	if rep.Kind == Sim {
 		fmt.Fprintf(&md, "Simulated in virtual time, no fleet started: %s.\n\n", describeSim(rep.Sim))
+	} else if tenanted {
+		fmt.Fprintf(&md, "Clients: per tenant, as the Tenants table says (name:load × C:kind[:cost=N], the load multiplied by the run's), "+
+			"each tenant an open-loop Poisson process naming itself in levee-tenant; %s. ", describeKinds(rep.Clients))
 	} else {
 		fmt.Fprintf(&md, "Clients: %s. ", describeClients(rep.Clients))
 	}
@@ -148,6 +168,7 @@ func (rep *runsWriter) write(dir string) error {
 		if err := rep.writeGrid(&md, dir); err != nil {
 			return err
 		}
+		writeTenantTable(&md, rep.Results)
 	case Sim:
 		if err := rep.writeSim(&md, dir, rep.Sim); err != nil {
 			return err
@@ -159,7 +180,8 @@ func (rep *runsWriter) write(dir string) error {
 		fallthrough
 	default:
 		writeTable(&md, rep.Results)
-		if len(rep.Results) > 1 && rep.Kind != Ramp {
+		writeTenantTable(&md, rep.Results)
+		if len(rep.Results) > 1 && rep.Kind != Ramp && !tenanted {
 			png := filepath.Join(dir, "compare.png")
 			e := rep.Results[0].Spec
 			if err := plotCompare(rep.Results, fmt.Sprintf("%s at %.2f C: goodput relative to each fleet's baseline", e.Trigger, e.Load), png); err != nil {
@@ -168,7 +190,7 @@ func (rep *runsWriter) write(dir string) error {
 			rep.Files = append(rep.Files, png)
 			fmt.Fprintf(&md, "\n![goodput of each fleet relative to its baseline](compare.png)\n")
 		}
-		if rep.Kind == Single {
+		if rep.Kind == Single && !tenanted {
 			if err := rep.writeSimVsReal(&md, dir); err != nil {
 				return err
 			}
@@ -176,6 +198,9 @@ func (rep *runsWriter) write(dir string) error {
 		for _, r := range rep.Results {
 			if png, ok := plotted[r]; ok {
 				fmt.Fprintf(&md, "\n![%s](%s)\n", fileName(r), png)
+			}
+			if png, ok := plottedTenants[r]; ok {
+				fmt.Fprintf(&md, "\n![%s, by tenant](%s)\n", fileName(r), png)
 			}
 		}
 	}
@@ -188,24 +213,34 @@ func (rep *runsWriter) write(dir string) error {
 func describeClients(c experiment.Clients) string {
 	var parts []string
 	for _, k := range experiment.Kinds {
-		s := c.Mix[k]
-		if s <= 0 {
-			continue
+		if s := c.Mix[k]; s > 0 {
+			parts = append(parts, fmt.Sprintf("%s × %.2g", describeKind(c, k), s))
 		}
-		var d string
-		switch k {
-		case experiment.Naive:
-			d = fmt.Sprintf("naive (%d attempts of %v each, retried at once on any error)", c.Naive.Attempts, c.Naive.Timeout)
-		case experiment.Levee:
-			d = fmt.Sprintf("levee (pkg/client: %v per call, ≤ %d attempts, fleet budget from %d processes)", c.Levee.Deadline, c.Levee.MaxAttempts, c.Levee.Processes)
-		case experiment.Human:
-			d = fmt.Sprintf("human (%d tries, %v patience, %v between)", c.Human.Tries, c.Human.Patience, c.Human.Think)
-		case experiment.NoDeadline:
-			d = fmt.Sprintf("no deadline (given up after %v)", c.NoDeadline.Cap)
-		}
-		parts = append(parts, fmt.Sprintf("%s × %.2g", d, s))
 	}
 	return strings.Join(parts, ", ") + "; open-loop Poisson arrivals"
+}
+
+// describeKinds describes every client kind a tenant may have.
+func describeKinds(c experiment.Clients) string {
+	var parts []string
+	for _, k := range experiment.Kinds {
+		parts = append(parts, describeKind(c, k))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func describeKind(c experiment.Clients, k experiment.Kind) string {
+	switch k {
+	case experiment.Naive:
+		return fmt.Sprintf("naive (%d attempts of %v each, retried at once on any error)", c.Naive.Attempts, c.Naive.Timeout)
+	case experiment.Levee:
+		return fmt.Sprintf("levee (pkg/client: %v per call, ≤ %d attempts, fleet budget from %d processes)", c.Levee.Deadline, c.Levee.MaxAttempts, c.Levee.Processes)
+	case experiment.Human:
+		return fmt.Sprintf("human (%d tries, %v patience, %v between)", c.Human.Tries, c.Human.Patience, c.Human.Think)
+	case experiment.NoDeadline:
+		return fmt.Sprintf("no deadline (given up after %v)", c.NoDeadline.Cap)
+	}
+	return string(k)
 }
 
 func writeTable(md *strings.Builder, rs []*experiment.Result) {
@@ -238,6 +273,9 @@ func (rep *runsWriter) writeGrid(md *strings.Builder, dir string) error {
 	var keys []key
 	for _, r := range rep.Results {
 		k := key{r.Fleet, string(r.Spec.Trigger.Kind) + " " + r.Spec.Trigger.Targets}
+		if r.Variant != "" {
+			k.fleet += " (" + r.Variant + ")"
+		}
 		if _, ok := groups[k]; !ok {
 			keys = append(keys, k)
 		}
@@ -245,7 +283,7 @@ func (rep *runsWriter) writeGrid(md *strings.Builder, dir string) error {
 	}
 	for _, k := range keys {
 		rs := groups[k]
-		name := fmt.Sprintf("heatmap-%s-%s", k.fleet, strings.ReplaceAll(k.trigger, " ", "-"))
+		name := fmt.Sprintf("heatmap-%s-%s", strings.NewReplacer(" (", "-", ")", "", " ", "-").Replace(k.fleet), strings.ReplaceAll(k.trigger, " ", "-"))
 		png := filepath.Join(dir, name+".png")
 		title := fmt.Sprintf("%s fleet, %s: recovery after the trigger ends", k.fleet, k.trigger)
 		if err := plotHeatmap(rs, title, png); err != nil {
@@ -408,7 +446,14 @@ func (rep *runsWriter) writeSimVsReal(md *strings.Builder, dir string) error {
 // fileName names a result's files: fleet, trigger, duration, load, seed.
 func fileName(r *experiment.Result) string {
 	e := r.Spec
-	return fmt.Sprintf("%s-%s-%ds-load%03.0f-seed%d", r.Fleet, e.Trigger.Kind, int(e.TriggerDuration()/time.Second), 100*e.Load, e.Seed)
+	name := fmt.Sprintf("%s-%s-%ds-load%03.0f-seed%d", r.Fleet, e.Trigger.Kind, int(e.TriggerDuration()/time.Second), 100*e.Load, e.Seed)
+	if len(r.Tenants) > 0 {
+		name += "-" + tenantsLabel(r)
+	}
+	if r.Variant != "" {
+		name += "-" + variantLabel(r.Variant)
+	}
+	return name
 }
 
 func writeFile(path string, write func(io.Writer) error) error {

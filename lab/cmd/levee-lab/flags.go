@@ -22,6 +22,15 @@ import (
 // leaves the binaries to find when -bin is not given. verbose is -v.
 func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) (cfg lab.Config, verbose bool, err error) {
 	cfg = lab.DefaultConfig()
+	// A preset is flags of its own, put before the command line's so that
+	// those given explicitly win.
+	if name, ok := presetOf(args); ok {
+		pre, found := presets[name]
+		if !found {
+			return cfg, false, fmt.Errorf("levee-lab: unknown preset %q (want %s)", drive.Truncate(name), strings.Join(presetNames(), " or "))
+		}
+		args = append(append([]string(nil), pre.args...), args...)
+	}
 	fs := flag.NewFlagSet("levee-lab", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -92,6 +101,10 @@ func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) 
 	fs.DurationVar(&e.After, "after", e.After, "load after the trigger ends")
 	fs.DurationVar(&e.AfterWindow, "after-window", e.AfterWindow, "final span of arrivals that 'goodput after' averages")
 	fs.Uint64Var(&e.Seed, "seed", e.Seed, "seed of the arrivals")
+	fs.IntVar(&cfg.Seeds, "seeds", 0, "run the experiment with this many seeds, -seed, -seed+1, ... (default: once)")
+	tenants := fs.String("tenants", "", "client populations per tenant, each name:load[:kind][:cost=N] (load × C, kind naive by default, hash cost × the policy's, as memory), e.g. a:0.3:naive,b:3:naive:cost=5; several sets separated by ';', one experiment each. -load then multiplies every tenant's load (default 1); calls name their tenant in levee-tenant")
+	fairShare := fs.String("fair-share", "", "run each experiment with the gateway's fair share by tenant on, off, or on,off (default: the gateway's own setting)")
+	fs.String("preset", "", "a named experiment: "+presetUsage())
 	trigger := fs.String("trigger", "stop:verifiers", "trigger kind[:targets]: none, stop, kill, cpu, knob, spike; targets verifiers, gateways, budgetds, budgetd-leader, etcd-majority, all, or names joined by +")
 	fs.DurationVar(&e.Trigger.Duration, "duration", e.Trigger.Duration, "how long the trigger lasts")
 	fs.Float64Var(&e.Trigger.CPU, "cpu", e.Trigger.CPU, "cpu trigger: cores each target may use")
@@ -133,6 +146,19 @@ func parse(args []string, stderr io.Writer, lookup func(string) (string, bool)) 
 	cfg.Local.VerifierFlags, cfg.Local.GatewayFlags, cfg.Local.BudgetdFlags = strings.Fields(*vflags), strings.Fields(*gflags), strings.Fields(*bflags)
 	if c.Mix, err = experiment.ParseMix(*mix); err != nil {
 		return cfg, false, err
+	}
+	if *tenants != "" {
+		if cfg.TenantSets, err = experiment.ParseTenantSets(*tenants); err != nil {
+			return cfg, false, fmt.Errorf("levee-lab: -tenants: %w", err)
+		}
+		if !isSet(fs, "load") {
+			e.Load = 1
+		}
+	}
+	if *fairShare != "" {
+		if cfg.Variants, err = parseFairShare(*fairShare); err != nil {
+			return cfg, false, fmt.Errorf("levee-lab: -fair-share: %w", err)
+		}
 	}
 	c.Adversary.Kind = experiment.AdversaryKind(*adversary)
 	if *pris != "" {
@@ -196,6 +222,44 @@ func reportedArgs(args []string) []string {
 		out = append(out, args[i])
 	}
 	return out
+}
+
+// isSet says whether flag name was given (on the command line, a preset or
+// the environment).
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// gatewayFairShare is cmd/gateway's flag for its fair share by tenant.
+// TODO(lead): take it from wellknown once it lists the flag
+// (wellknown.FlagFairShare in GatewayFlags).
+const gatewayFairShare = "fair-share"
+
+// parseFairShare reads "on", "off" or both, comma-separated, into the
+// Levee fleet's variants.
+func parseFairShare(s string) ([]lab.Variant, error) {
+	var out []lab.Variant
+	seen := map[string]bool{}
+	for _, v := range flagenv.List(s) {
+		if seen[v] {
+			return nil, fmt.Errorf("%q named twice", v)
+		}
+		seen[v] = true
+		switch v {
+		case "on":
+			out = append(out, lab.Variant{Name: "fair-share on", GatewayFlags: []string{"-" + gatewayFairShare + "=true"}})
+		case "off":
+			out = append(out, lab.Variant{Name: "fair-share off", GatewayFlags: []string{"-" + gatewayFairShare + "=false"}})
+		default:
+			return nil, fmt.Errorf("%q: want on, off or on,off", drive.Truncate(v))
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty")
+	}
+	return out, nil
 }
 
 func btoi(b bool) int {

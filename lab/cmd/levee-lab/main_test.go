@@ -84,3 +84,50 @@ func TestReportedArgs(t *testing.T) {
 		t.Errorf("reported %q, want the experiment's flags only", got)
 	}
 }
+
+func TestParseTenantFlags(t *testing.T) {
+	var stderr bytes.Buffer
+	cfg, _, err := parse([]string{"-tenants", "a:0.3:naive,b:3:levee:cost=5", "-fair-share", "on,off", "-seeds", "3", "-fleets", "levee",
+		"-trigger", "none", "-after", "0s"}, &stderr, noEnv)
+	if err != nil {
+		t.Fatalf("%v (%s)", err, stderr.String())
+	}
+	if len(cfg.TenantSets) != 1 || len(cfg.TenantSets[0]) != 2 || cfg.TenantSets[0][1].Cost != 5 || cfg.TenantSets[0][1].Kind != experiment.Levee {
+		t.Errorf("tenant sets %+v", cfg.TenantSets)
+	}
+	if cfg.Experiment.Load != 1 || cfg.Seeds != 3 {
+		t.Errorf("load %v (want 1: tenants carry their own), seeds %d", cfg.Experiment.Load, cfg.Seeds)
+	}
+	if len(cfg.Variants) != 2 || strings.Join(cfg.Variants[1].GatewayFlags, " ") != "-fair-share=false" {
+		t.Errorf("variants %+v", cfg.Variants)
+	}
+
+	// A preset is its flags; those given beside it win.
+	cfg, _, err = parse([]string{"-preset", "noisy-tenant", "-seeds", "1"}, &stderr, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.TenantSets) != 2 || cfg.TenantSets[1][1].Load != 10 || cfg.Seeds != 1 || len(cfg.Variants) != 2 ||
+		cfg.Experiment.Trigger.Kind != experiment.None || strings.Join(cfg.Fleets, ",") != "levee" {
+		t.Errorf("noisy-tenant: tenant sets %+v, seeds %d, variants %+v, trigger %v, fleets %v", cfg.TenantSets, cfg.Seeds, cfg.Variants,
+			cfg.Experiment.Trigger, cfg.Fleets)
+	}
+	cfg, _, err = parse([]string{"--preset=expensive-hashes"}, &stderr, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.TenantSets) != 1 || cfg.TenantSets[0][1].Cost != 5 || cfg.Seeds != 3 {
+		t.Errorf("expensive-hashes: tenant sets %+v, seeds %d", cfg.TenantSets, cfg.Seeds)
+	}
+
+	for _, bad := range [][]string{
+		{"-tenants", "a:0.3,a:3"}, {"-tenants", "a"}, {"-fair-share", "maybe"}, {"-fair-share", "on,on"},
+		{"-preset", "loud-tenant"}, {"-preset"}, {"-seeds", "-1"}, {"-ramp", "-fair-share", "off"},
+		{"-tenants", "a:1:naive:cost=64", "-hash-memory-kib", "8192"}, // 512 MiB: above the verifiers' cap
+		{"-fleet", "compose", "-fair-share", "off", "-compose-dir", "."},
+	} {
+		if _, _, err := parse(bad, &stderr, noEnv); err == nil {
+			t.Errorf("parse(%q) accepted", bad)
+		}
+	}
+}

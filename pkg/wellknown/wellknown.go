@@ -82,6 +82,7 @@ const (
 	FlagVerifierServerName = "verifier-server-name"
 	FlagBudgetd            = "budgetd"
 	FlagAllowAnonymous     = "allow-anonymous"
+	FlagFairShare          = "fair-share"
 )
 
 // Flags of levee etcd, which the lab runs as its fleets' etcd.
@@ -100,7 +101,7 @@ var (
 		FlagUnguarded, FlagWorkers, FlagMemoryBudget, FlagArgon2MemoryKiB, FlagArgon2Iterations,
 		FlagArgon2Parallelism, FlagMaxMemoryKiB, FlagEnableCapacityKnob, FlagDrainTimeout}
 	GatewayFlags = []string{FlagListen, FlagMetricsListen, FlagEtcd, FlagTLSDir, FlagInsecure, FlagUnguarded,
-		FlagVerifiers, FlagVerifierServerName, FlagBudgetd}
+		FlagVerifiers, FlagVerifierServerName, FlagBudgetd, FlagFairShare}
 	BudgetdFlags = []string{FlagListen, FlagMetricsListen, FlagAdvertise, FlagEtcd, FlagTLSDir, FlagInsecure}
 	EtcdFlags    = []string{FlagEtcdDataDir, FlagEtcdName, FlagEtcdClientURL, FlagEtcdPeerURL, FlagEtcdAuth,
 		FlagTLSDir, FlagInsecure}

@@ -16,6 +16,7 @@ import (
 	"github.com/leveehq/levee/lab/drive"
 	"github.com/leveehq/levee/lab/experiment"
 	"github.com/leveehq/levee/lab/faults"
+	"github.com/leveehq/levee/pkg/wellknown"
 )
 
 // parse turns flags (and LEVEE_* variables) into the lab's Config; it
@@ -233,9 +234,7 @@ func isSet(fs *flag.FlagSet, name string) bool {
 }
 
 // gatewayFairShare is cmd/gateway's flag for its fair share by tenant.
-// TODO(lead): take it from wellknown once it lists the flag
-// (wellknown.FlagFairShare in GatewayFlags).
-const gatewayFairShare = "fair-share"
+const gatewayFairShare = wellknown.FlagFairShare
 
 // parseFairShare reads "on", "off" or both, comma-separated, into the
 // Levee fleet's variants.

@@ -55,6 +55,7 @@ import (
 	"github.com/leveehq/levee/lab/report"
 	"github.com/leveehq/levee/lab/sim"
 	"github.com/leveehq/levee/lab/soak"
+	"github.com/leveehq/levee/pkg/mtls"
 )
 
 // Mode is what Run does.
@@ -104,6 +105,12 @@ type Config struct {
 	// the /metrics URLs to scrape there (optional).
 	Target        string
 	TargetMetrics []string
+	// TargetTLSDir, when set, is a directory of certificates in
+	// mtls.Settings' layout (ca.crt, NAME.crt, NAME.key) from which the
+	// lab's load presents TargetIdentity to a Target source over mutual
+	// TLS; empty: plaintext.
+	TargetTLSDir   string
+	TargetIdentity string
 
 	Local      drive.LocalConfig
 	Compose    drive.ComposeConfig
@@ -495,7 +502,19 @@ func startFleet(ctx context.Context, cfg Config, name string) (*drive.Fleet, err
 		}
 		return drive.StartCompose(ctx, cfg.Compose, name == "control")
 	}
-	return drive.Target(cfg.Target, cfg.TargetMetrics), nil
+	f := drive.Target(cfg.Target, cfg.TargetMetrics)
+	if cfg.TargetTLSDir != "" {
+		id := cfg.TargetIdentity
+		if id == "" {
+			id = mtls.IdentityFrontend
+		}
+		src, err := mtls.Settings{Dir: cfg.TargetTLSDir}.Load(id, mtls.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("lab: the target's caller identity: %w", err)
+		}
+		f.Caller = src
+	}
+	return f, nil
 }
 
 // runSoak soaks one Levee fleet, started for it.

@@ -14,8 +14,6 @@ import (
 
 	"github.com/leveehq/levee/internal/testlock"
 	"github.com/leveehq/levee/lab/drive"
-	"github.com/leveehq/levee/lab/experiment"
-	"github.com/leveehq/levee/lab/observe"
 )
 
 func TestMain(m *testing.M) {
@@ -133,82 +131,6 @@ func TestLabControlStuckLeveeRecovers(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(cfg.Out, name)); err != nil {
 			t.Errorf("report: %v", err)
 		}
-	}
-}
-
-// TestNoisyTenantOnRealFleet loads a Levee fleet of real processes by
-// tenant, as -preset noisy-tenant does but shorter: tenant a at 0.3 C, tenant
-// b flooding at 10 C, naive clients, with the gateway's fair share on and
-// then off. Each tenant's calls must reach the verifiers under its own name
-// (the lab's front-end identity may name them), the gateway must refuse the
-// flood for its share only when sharing is on, and a must keep its calls
-// with sharing and lose most of them without. Counted, not timed.
-func TestNoisyTenantOnRealFleet(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts two fleets of real processes for about two minutes")
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
-	defer cancel()
-	cfg := DefaultConfig()
-	cfg.Local.Bin = buildBinaries(ctx, t)
-	cfg.Local.Dir = t.TempDir()
-	cfg.Out = t.TempDir()
-	cfg.Fleets = []string{"levee"}
-	cfg.TenantSets = [][]experiment.Tenant{{{Name: "a", Load: 0.3, Kind: experiment.Naive, Cost: 1}, {Name: "b", Load: 10, Kind: experiment.Naive, Cost: 1}}}
-	cfg.Variants = []Variant{{Name: "fair-share on", GatewayFlags: []string{"-fair-share=true"}}, {Name: "fair-share off", GatewayFlags: []string{"-fair-share=false"}}}
-	cfg.Experiment.Load = 1
-	cfg.Experiment.Trigger = experiment.Trigger{Kind: experiment.None}
-	cfg.Experiment.Warmup, cfg.Experiment.Baseline, cfg.Experiment.After = 3*time.Second, 10*time.Second, 0
-	cfg.Logger = quietLogger()
-	rep, err := Run(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rep.Results) != 2 {
-		t.Fatalf("%d results, want 2", len(rep.Results))
-	}
-	served := map[string]float64{}
-	for _, r := range rep.Results {
-		t.Logf("%s", r.Line())
-		if len(r.Tenants) != 2 {
-			t.Fatalf("%s: %d tenant verdicts, want 2", r.Variant, len(r.Tenants))
-		}
-		// The books: every arrival is some tenant's, and each tenant's
-		// arrivals all ended.
-		var offered, byTenant, ended int64
-		for sec := range r.Series.Len() {
-			offered += r.Series.Second(sec).Offered.Load()
-			for i := range 2 {
-				byTenant += r.Series.Tenant(sec, i).Offered.Load()
-				ended += r.Series.Tenant(sec, i).ArrivedEnded.Load()
-			}
-		}
-		if offered == 0 || byTenant != offered || ended != offered {
-			t.Errorf("%s: offered %d, by tenant %d, ended %d: the lab lost track of a tenant's requests", r.Variant, offered, byTenant, ended)
-		}
-		for _, tv := range r.Tenants {
-			if n := observe.SumKnown(r.Series.Scraped(observe.TenantArrivalsColumn(tv.Tenant.Name)), r.Base.From, r.Base.To); !(n > 0) {
-				t.Errorf("%s: the verifiers counted %v calls of tenant %s: its calls did not arrive under its name", r.Variant, n, tv.Tenant.Name)
-			}
-		}
-		refused := observe.SumKnown(r.Series.Scraped(observe.ColRefusedTenantShare), 0, r.Series.Len())
-		switch r.Variant {
-		case "fair-share on":
-			if !(refused > 0) {
-				t.Errorf("fair share on: the gateway refused %v calls for a tenant's share beside a flood at 10 C", refused)
-			}
-		case "fair-share off":
-			if refused != 0 {
-				t.Errorf("fair share off: the gateway refused %v calls for a tenant's share", refused)
-			}
-		}
-		q, _ := r.QuietTenant()
-		served[r.Variant] = q.ServedFraction
-	}
-	on, off := served["fair-share on"], served["fair-share off"]
-	if on < 0.95 || off > on-0.3 {
-		t.Errorf("tenant a served %.1f %% with fair share on and %.1f %% without; want ≥ 95 %% with it and at least 30 points less without",
-			100*on, 100*off)
 	}
 }
 

@@ -373,7 +373,7 @@ func (p *Pool) SubmitFlow(ctx context.Context, flow string, cost time.Duration, 
 
 // admitLocked decides at arrival and returns the projected wait of the job
 // it admits. It allocates nothing.
-func (p *Pool) admitLocked(ctx context.Context, now time.Time, flow string, cost time.Duration, mem int64) (time.Duration, error) {
+func (p *Pool) admitLocked(ctx context.Context, now time.Time, key string, cost time.Duration, mem int64) (time.Duration, error) {
 	switch {
 	case p.draining || p.closed:
 		return 0, ErrDraining
@@ -381,10 +381,14 @@ func (p *Pool) admitLocked(ctx context.Context, now time.Time, flow string, cost
 		return 0, ErrTooBig
 	case p.cfg.Unguarded:
 		return 0, nil
-	case p.queued >= p.cfg.QueueCapacity && !p.canPushOutLocked(flow):
-		return 0, ErrQueueFull
 	}
-	wait := p.projectedWaitForLocked(flow)
+	var victim *flow // the flow whose newest job a full queue gives up
+	if p.queued >= p.cfg.QueueCapacity {
+		if victim = p.pushOutVictimLocked(key); victim == nil {
+			return 0, ErrQueueFull
+		}
+	}
+	wait := p.projectedWaitForLocked(key)
 	if wait > p.cfg.MaxQueueWait {
 		return 0, ErrWaitTooLong
 	}
@@ -398,8 +402,8 @@ func (p *Pool) admitLocked(ctx context.Context, now time.Time, flow string, cost
 			return 0, ErrWouldMissDeadline
 		}
 	}
-	if p.queued >= p.cfg.QueueCapacity {
-		p.pushOutLocked()
+	if victim != nil {
+		p.pushOutLocked(victim)
 	}
 	return wait, nil
 }
@@ -417,22 +421,25 @@ func (p *Pool) longestLocked() *flow {
 	return longest
 }
 
-// canPushOutLocked reports whether an arrival of flow may take the place of
-// a queued job in a full queue: when another flow has at least two more jobs
-// queued than flow has. A flow never pushes out its own jobs, and two
-// flows with equal queues cannot push each other's out in turn.
-func (p *Pool) canPushOutLocked(flow string) bool {
+// pushOutVictimLocked is the flow whose newest job an arrival of flow key may
+// take the place of in a full queue, or nil: the longest flow, when it has
+// at least two more jobs queued than flow has. A flow never pushes out its
+// own jobs, and two flows with equal queues cannot push each other's out in
+// turn.
+func (p *Pool) pushOutVictimLocked(key string) *flow {
 	own := 0
-	if f := p.flows[flow]; f != nil {
+	if f := p.flows[key]; f != nil {
 		own = f.queued
 	}
-	longest := p.longestLocked()
-	return longest != nil && longest.key != flow && longest.queued >= own+2
+	if longest := p.longestLocked(); longest != nil && longest.key != key && longest.queued >= own+2 {
+		return longest
+	}
+	return nil
 }
 
-// pushOutLocked drops the newest job of the longest flow (ErrPushedOut).
-func (p *Pool) pushOutLocked() {
-	j := p.longestLocked().jobs.tail
+// pushOutLocked drops victim's newest job (ErrPushedOut).
+func (p *Pool) pushOutLocked(victim *flow) {
+	j := victim.jobs.tail
 	p.removeLocked(j)
 	j.res.Wait = p.now().Sub(j.enqueued)
 	j.err = ErrPushedOut

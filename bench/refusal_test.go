@@ -173,6 +173,7 @@ func benchCalls(b *testing.B, clients int, call func(context.Context) error) {
 	procs := runtime.GOMAXPROCS(0)
 	b.SetParallelism((clients + procs - 1) / procs)
 	b.ReportAllocs()
+	settle()
 	b.ResetTimer()
 	start := rusage()
 	b.RunParallel(func(pb *testing.PB) {
@@ -196,6 +197,7 @@ func benchSequential(b *testing.B, op func() error) {
 	b.ReportAllocs()
 	var failed int
 	var firstErr error
+	settle()
 	start := rusage()
 	for b.Loop() {
 		if err := op(); err != nil {

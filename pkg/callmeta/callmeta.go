@@ -32,12 +32,19 @@ const (
 	AttemptKey  = "levee-attempt"
 	PriorityKey = "levee-priority"
 	TenantKey   = "levee-tenant"
+	// WeightKey carries the tenant's weight from a gateway to a verifier:
+	// the gateway's configured weight for the call's tenant
+	// (tenant_weights), which the verifier's fair queueing serves by. It
+	// is never a caller's: the gateway replaces whatever a caller sent.
+	WeightKey = "levee-tenant-weight"
 )
 
 // Bounds on the values.
 const (
 	MaxAttempt   = 100 // highest attempt number accepted
 	MaxTenantLen = 64  // longest tenant name accepted, in bytes
+	MaxWeight    = 1e6 // largest tenant weight accepted
+	maxWeightLen = 24  // longest weight value parsed, in bytes
 )
 
 // ErrMalformed is matched (errors.Is) by every error FromIncoming and
@@ -53,7 +60,7 @@ var ErrUnknownPriority = errors.New("callmeta: unknown priority")
 // and the problem and quotes at most a short prefix of the value, so it is
 // safe to return to the caller and bounded in size.
 type MalformedError struct {
-	Key     string // AttemptKey, PriorityKey or TenantKey
+	Key     string // AttemptKey, PriorityKey, TenantKey or WeightKey
 	Problem string // what is wrong with the value
 }
 
@@ -121,6 +128,9 @@ type Facts struct {
 	// Tenant names whoever the request is made for, as the caller chose
 	// it. Empty means none.
 	Tenant string
+	// Weight is the tenant's weight, in (0, MaxWeight], set by a gateway
+	// for the verifier it forwards to. Zero means unset: weight 1.
+	Weight float64
 }
 
 // defaults are the facts of a request that carries none.
@@ -158,6 +168,11 @@ func (f Facts) Validate() error {
 	if problem := tenantProblem(f.Tenant); problem != "" {
 		return &MalformedError{Key: TenantKey, Problem: problem}
 	}
+	if f.Weight != 0 {
+		if problem := weightProblem(f.Weight); problem != "" {
+			return &MalformedError{Key: WeightKey, Problem: problem}
+		}
+	}
 	return nil
 }
 
@@ -165,8 +180,9 @@ func (f Facts) Validate() error {
 // Missing keys get their defaults (Attempt 1, Priority Interactive, Tenant
 // ""); an empty tenant value counts as missing. A malformed value — attempt
 // not a canonical decimal in 1..MaxAttempt, an unknown priority, a tenant
-// longer than MaxTenantLen or with a byte outside [A-Za-z0-9._-], or any key
-// given more than one value — is a *MalformedError naming the key. The
+// longer than MaxTenantLen or with a byte outside [A-Za-z0-9._-], a weight
+// that is not a number in (0, MaxWeight], or any key given more than one
+// value — is a *MalformedError naming the key. The
 // caller is expected to answer it with codes.InvalidArgument.
 func FromIncoming(ctx context.Context) (Facts, error) {
 	f, err := Asked(ctx)
@@ -220,6 +236,15 @@ func Asked(ctx context.Context) (Facts, error) {
 		}
 		f.Tenant = v
 	}
+	if v, ok, err := single(ctx, WeightKey); err != nil {
+		return Facts{}, err
+	} else if ok {
+		w, problem := parseWeight(v)
+		if problem != "" {
+			return Facts{}, &MalformedError{Key: WeightKey, Problem: problem}
+		}
+		f.Weight = w
+	}
 	return f, nil
 }
 
@@ -266,6 +291,29 @@ func parseAttempt(s string) (int, string) {
 	return n, ""
 }
 
+// parseWeight parses a decimal number in (0, MaxWeight].
+func parseWeight(s string) (float64, string) {
+	if len(s) > maxWeightLen {
+		return 0, quote(s) + " is not a number in (0, 1e6]"
+	}
+	w, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, quote(s) + " is not a number in (0, 1e6]"
+	}
+	if problem := weightProblem(w); problem != "" {
+		return 0, problem
+	}
+	return w, ""
+}
+
+// weightProblem describes what is wrong with weight w, or returns "".
+func weightProblem(w float64) string {
+	if !(w > 0 && w <= MaxWeight) { // NaN fails too
+		return strconv.FormatFloat(w, 'g', -1, 64) + " is not in (0, 1e6]"
+	}
+	return ""
+}
+
 // tenantProblem describes what is wrong with tenant name s, or returns "".
 func tenantProblem(s string) string {
 	if len(s) > MaxTenantLen {
@@ -295,7 +343,7 @@ func quote(s string) string {
 
 // AppendOutgoing returns ctx with f written into its outgoing metadata,
 // replacing whatever levee-* values it held and leaving other keys alone.
-// Unset fields (Attempt 0, PriorityUnspecified, Tenant "") are left out, and
+// Unset fields (Attempt 0, PriorityUnspecified, Tenant "", Weight 0) are left out, and
 // the receiver reads its defaults; their previous values are removed all the
 // same. f is written as it is: facts that fail Validate are refused by the
 // receiving interceptor with codes.InvalidArgument.
@@ -307,6 +355,7 @@ func AppendOutgoing(ctx context.Context, f Facts) context.Context {
 	setOrDelete(md, AttemptKey, f.Attempt != 0, func() string { return strconv.Itoa(f.Attempt) })
 	setOrDelete(md, PriorityKey, f.Priority != PriorityUnspecified, f.Priority.String)
 	setOrDelete(md, TenantKey, f.Tenant != "", func() string { return f.Tenant })
+	setOrDelete(md, WeightKey, f.Weight != 0, func() string { return strconv.FormatFloat(f.Weight, 'g', -1, 64) })
 	return metadata.NewOutgoingContext(ctx, md)
 }
 

@@ -56,3 +56,35 @@ func FuzzParseFacts(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseWeight feeds arbitrary levee-tenant-weight values to
+// FromIncoming: no panic; a refusal is a *MalformedError naming the key in a
+// bounded message; an accepted weight is in (0, MaxWeight], passes Validate,
+// and is written by AppendOutgoing as a value that reads back the same.
+func FuzzParseWeight(f *testing.F) {
+	for _, s := range []string{"1", "0.5", "3", "1e6", "1000001", "0", "-1", "NaN", "Inf", "+Inf", "0x10", "1_0", " 2", "", "1e-320"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, weight string) {
+		md := metadata.MD{WeightKey: {weight}}
+		facts, err := FromIncoming(metadata.NewIncomingContext(context.Background(), md))
+		if err != nil {
+			var me *MalformedError
+			if !errors.As(err, &me) || me.Key != WeightKey || len(err.Error()) > 300 {
+				t.Fatalf("error %v: want a bounded *MalformedError naming %s", err, WeightKey)
+			}
+			return
+		}
+		if !(facts.Weight > 0 && facts.Weight <= MaxWeight) {
+			t.Fatalf("accepted weight %v from %q", facts.Weight, weight)
+		}
+		if err := facts.Validate(); err != nil {
+			t.Fatalf("accepted facts %+v fail Validate: %v", facts, err)
+		}
+		out, _ := metadata.FromOutgoingContext(AppendOutgoing(context.Background(), facts))
+		back, err := FromIncoming(metadata.NewIncomingContext(context.Background(), out))
+		if err != nil || back.Weight != facts.Weight {
+			t.Fatalf("weight %v written as %q read back as %v, %v", facts.Weight, out.Get(WeightKey), back.Weight, err)
+		}
+	})
+}

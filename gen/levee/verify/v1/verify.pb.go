@@ -11,6 +11,8 @@
 //   levee-attempt   1 for a first attempt, 2.. for retries
 //   levee-priority  critical | interactive | batch
 //   levee-tenant    a caller-chosen tenant name
+//   levee-tenant-weight  the tenant's weight, gateway to verifier only (the
+//                   gateway replaces a caller's); a number in (0, 1e6]
 // Deadlines use gRPC's own grpc-timeout (a remaining duration). A request that
 // is refused because the service is overloaded ends with RESOURCE_EXHAUSTED and
 // the grpc-retry-pushback-ms trailer; a negative value there means "do not retry".

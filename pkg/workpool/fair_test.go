@@ -51,7 +51,7 @@ func TestNewFlowEarnsNoCredit(t *testing.T) {
 	gate, held := make(chan struct{}), make(chan error, 1)
 	t.Cleanup(func() { close(gate) })
 	go func() {
-		_, err := p.SubmitFlow(ctx, "a", time.Millisecond, 0, func() { <-gate })
+		_, err := p.SubmitFlow(ctx, Flow{Key: "a"}, time.Millisecond, 0, func() { <-gate })
 		held <- err
 	}()
 	waitFor(t, "the gated job to queue", func() bool { return p.Stats().Queued == 2 })
@@ -105,6 +105,116 @@ func TestFlowsShareByCost(t *testing.T) {
 	}
 }
 
+// Weighted flows share the workers in proportion to their weights: while
+// both have work queued, a flow of weight 3 starts three jobs for every one
+// of a flow of weight 1, and a weight of zero counts as 1.
+func TestWeightsShareTheWorkers(t *testing.T) {
+	clk := newFakeClock()
+	p := newPool(t, baseConfig(clk))
+	b := block(t, p)
+	r := newRecorder()
+	ctx := bounded(t)
+	for i := range 9 {
+		r.submitIn(t, p, ctx, Flow{Key: "gold", Weight: 3}, 100+i, time.Millisecond)
+	}
+	for i := range 5 {
+		r.submitIn(t, p, ctx, Flow{Key: "plain"}, i, time.Millisecond)
+	}
+	b.Release(t)
+	order, _ := r.wait(t)
+	// While both have work queued, gold's service over 3 and plain's
+	// differ by at most one job.
+	gold, plain := 0, 0
+	for _, id := range order {
+		if id >= 100 {
+			gold++
+		} else {
+			plain++
+		}
+		if gold < 9 && plain < 5 {
+			if d := float64(gold)/3 - float64(plain); d > 1 || d < -1 {
+				t.Fatalf("after %v: gold started %d, plain %d: want three to one", order, gold, plain)
+			}
+		}
+	}
+	if gold != 9 || plain != 5 {
+		t.Errorf("started %d gold and %d plain jobs, want 9 and 5", gold, plain)
+	}
+}
+
+// A weighted flow's queued work counts for what its weight lets it take:
+// a weight-1 arrival's second job waits behind up to three of a weight-3
+// flow's jobs for each of its own, not one.
+func TestProjectedWaitWeighs(t *testing.T) {
+	clk := newFakeClock()
+	cfg := baseConfig(clk)
+	cfg.MaxQueueWait = time.Hour
+	p := newPool(t, cfg)
+	b := block(t, p)
+	r := newRecorder()
+	for i := range 6 {
+		r.submitIn(t, p, t.Context(), Flow{Key: "gold", Weight: 3}, 100+i, time.Minute)
+	}
+	r.submitAs(t, p, t.Context(), "plain", 0, time.Minute)
+	p.mu.Lock()
+	got := p.projectedWaitForLocked(Flow{Key: "plain"})
+	p.mu.Unlock()
+	// Its own queued minute, and gold's work up to the same level: three
+	// minutes, plus the job that straddles it.
+	if want := 5 * time.Minute; got != want {
+		t.Errorf("plain's second job projected to wait %v, want %v", got, want)
+	}
+	b.Release(t)
+	r.wait(t)
+}
+
+// A full queue judges length per unit of weight. A weight-4 flow with
+// three jobs queued is shorter than a weight-1 flow with one, so the light
+// flow cannot push it out (unweighted, three against one would). With two
+// each, the heavy flow's arrival pushes out the light one's newest
+// (unweighted, two against two would not).
+func TestPushOutWeighsFlows(t *testing.T) {
+	gold := Flow{Key: "gold", Weight: 4}
+	fill := func(golds, plains int) (*Pool, *blocker, []<-chan error, []<-chan error) {
+		clk := newFakeClock()
+		cfg := baseConfig(clk)
+		cfg.QueueCapacity = golds + plains
+		p := newPool(t, cfg)
+		b := block(t, p)
+		var g, pl []<-chan error
+		for range golds {
+			g = append(g, goSubmitIn(p, bounded(t), gold, time.Millisecond))
+			waitFor(t, "gold job to queue", func() bool { return p.Stats().Queued == len(g) })
+		}
+		for range plains {
+			pl = append(pl, goSubmit(p, bounded(t), "plain", time.Millisecond))
+			waitFor(t, "plain job to queue", func() bool { return p.Stats().Queued == len(g)+len(pl) })
+		}
+		return p, b, g, pl
+	}
+	drain := func(b *blocker, chs ...<-chan error) {
+		b.Release(t)
+		for i, ch := range chs {
+			if err := recv(t, ch); err != nil {
+				t.Errorf("job %d: %v", i, err)
+			}
+		}
+	}
+
+	p, b, g, pl := fill(3, 1)
+	if _, err := p.SubmitFlow(bounded(t), Flow{Key: "plain"}, time.Millisecond, 0, func() {}); !errors.Is(err, ErrQueueFull) {
+		t.Errorf("plain's second beside three of weight 4: %v, want ErrQueueFull", err)
+	}
+	drain(b, append(g, pl...)...)
+
+	p, b, g, pl = fill(2, 2)
+	g = append(g, goSubmitIn(p, bounded(t), gold, time.Millisecond))
+	if err := recv(t, pl[1]); !errors.Is(err, ErrPushedOut) {
+		t.Errorf("plain's newest job: %v, want ErrPushedOut", err)
+	}
+	drain(b, append(g, pl[0])...)
+}
+
 // An arrival's projected wait is what fair queueing will make it wait: a
 // flow with nothing queued is admitted with a deadline that the whole
 // queue's work would overrun, and the flow that queued that work is not.
@@ -119,10 +229,10 @@ func TestProjectedWaitIsPerFlow(t *testing.T) {
 	for i := range 6 {
 		r.submitAs(t, p, t.Context(), "flood", i, time.Minute)
 	}
-	if _, err := p.SubmitFlow(t.Context(), "flood", time.Minute, 0, func() {}); !errors.Is(err, ErrWaitTooLong) {
+	if _, err := p.SubmitFlow(t.Context(), Flow{Key: "flood"}, time.Minute, 0, func() {}); !errors.Is(err, ErrWaitTooLong) {
 		t.Errorf("the flood's seventh job: %v, want ErrWaitTooLong", err)
 	}
-	if _, err := p.SubmitFlow(deadlineIn(t, clk, 3*time.Minute), "flood", time.Minute, 0, func() {}); !errors.Is(err, ErrRefused) {
+	if _, err := p.SubmitFlow(deadlineIn(t, clk, 3*time.Minute), Flow{Key: "flood"}, time.Minute, 0, func() {}); !errors.Is(err, ErrRefused) {
 		t.Errorf("a flood job with 3 min left: %v, want refused", err)
 	}
 	// Its wait: one flood job (1 min) before its own minute.
@@ -153,7 +263,7 @@ func TestFullQueuePushesOutTheLongestFlow(t *testing.T) {
 		flood[i] = goSubmit(p, ctx, "flood", time.Millisecond)
 		waitFor(t, "flood job to queue", func() bool { return p.Stats().Queued == i+1 })
 	}
-	if _, err := p.SubmitFlow(ctx, "flood", time.Millisecond, 0, func() {}); !errors.Is(err, ErrQueueFull) {
+	if _, err := p.SubmitFlow(ctx, Flow{Key: "flood"}, time.Millisecond, 0, func() {}); !errors.Is(err, ErrQueueFull) {
 		t.Errorf("the flood's fifth: %v, want ErrQueueFull", err)
 	}
 	var quiet []<-chan error
@@ -170,7 +280,7 @@ func TestFullQueuePushesOutTheLongestFlow(t *testing.T) {
 		})
 	}
 	// Two each: neither may push out the other.
-	if _, err := p.SubmitFlow(ctx, "quiet", time.Millisecond, 0, func() {}); !errors.Is(err, ErrQueueFull) {
+	if _, err := p.SubmitFlow(ctx, Flow{Key: "quiet"}, time.Millisecond, 0, func() {}); !errors.Is(err, ErrQueueFull) {
 		t.Errorf("the quiet flow's third: %v, want ErrQueueFull", err)
 	}
 	b.Release(t)
@@ -238,6 +348,11 @@ func TestUnguardedIgnoresFlows(t *testing.T) {
 // goSubmit submits a job of flow in the background; the channel gets its
 // error.
 func goSubmit(p *Pool, ctx context.Context, flow string, cost time.Duration) <-chan error {
+	return goSubmitIn(p, ctx, Flow{Key: flow}, cost)
+}
+
+// goSubmitIn is goSubmit with the flow's weight.
+func goSubmitIn(p *Pool, ctx context.Context, flow Flow, cost time.Duration) <-chan error {
 	ch := make(chan error, 1)
 	go func() {
 		_, err := p.SubmitFlow(ctx, flow, cost, 0, func() {})

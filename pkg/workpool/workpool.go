@@ -33,19 +33,21 @@
 //   - The projected wait accounts for memory: when the budget over the mean
 //     memory of the queued jobs is below the active workers, that many jobs
 //     are expected to run at once, not the workers.
-//   - Fair queueing by flow (SubmitFlow's flow: the verifier's tenant): the
-//     workers are shared among the flows with jobs queued by expected cost,
-//     not by arrival. The next job comes from the flow that has been served
-//     the least expected cost; a flow that starts queueing joins at the
+//   - Fair queueing by flow (SubmitFlow's Flow: the verifier's tenant and
+//     its weight): the workers are shared among the flows with jobs queued
+//     by expected cost in proportion to their weights, not by arrival. The
+//     next job comes from the flow that has been served the least expected
+//     cost per unit of weight; a flow that starts queueing joins at the
 //     level of the flow served last, so time without queued work earns it
 //     no credit, and a flow whose last queued job leaves is forgotten.
 //     Inside a flow the order above holds (oldest first, newest first when
 //     late). Admission projects each arrival's wait as fair queueing will
 //     serve it: a flow with little queued waits for little, however much
 //     another flow has queued. When the queue is full, an arrival from a
-//     flow with at least two fewer jobs queued than the longest flow takes
-//     the place of that flow's newest job (ErrPushedOut) instead of being
-//     refused. The pool holds one record per flow with jobs queued, no more.
+//     flow whose queue, per unit of weight, stays shorter than the longest
+//     flow's even after taking one of its places takes the place of that
+//     flow's newest job (ErrPushedOut) instead of being refused. The pool
+//     holds one record per flow with jobs queued, no more.
 //
 // Config.Unguarded turns every one of these defences off, for the lab's
 // control fleet (levee-lab): see its doc.
@@ -249,13 +251,36 @@ func (l *list) remove(j *job) {
 // flow is one flow's queued jobs. It exists while it has jobs queued.
 type flow struct {
 	key        string
+	weight     float64 // the latest arrival's (Flow.Weight), > 0
 	jobs       list
 	queued     int
 	queuedCost time.Duration
 	// served is the expected cost of the flow's jobs started since it was
-	// created, counted from the pool's virtual time at its creation: the
-	// flow with the least served is served next.
+	// created, each divided by the flow's weight, counted from the pool's
+	// virtual time at its creation: the flow with the least served is
+	// served next.
 	served float64
+}
+
+// length is the flow's queue per unit of weight, in jobs.
+func (f *flow) length(queued int) float64 { return float64(queued) / f.weight }
+
+// Flow names whom a job is for, for fair queueing.
+type Flow struct {
+	// Key names the flow (a tenant); jobs of one key share its turns.
+	Key string
+	// Weight is the flow's share of the workers relative to other flows;
+	// zero or less (or not a finite number) counts as 1. The flow takes
+	// the weight of its latest arrival.
+	Weight float64
+}
+
+// weight is f's weight as the pool uses it.
+func (f Flow) weight() float64 {
+	if !(f.Weight > 0) || math.IsInf(f.Weight, 0) {
+		return 1
+	}
+	return f.Weight
 }
 
 // Pool is a bounded, deadline-aware worker pool. Create it with New.
@@ -315,9 +340,9 @@ func New(cfg Config) (*Pool, error) {
 	return p, nil
 }
 
-// Submit is SubmitFlow in the unnamed flow.
+// Submit is SubmitFlow in the unnamed flow, weight 1.
 func (p *Pool) Submit(ctx context.Context, cost time.Duration, mem int64, fn func()) (Result, error) {
-	return p.SubmitFlow(ctx, "", cost, mem, fn)
+	return p.SubmitFlow(ctx, Flow{}, cost, mem, fn)
 }
 
 // SubmitFlow queues fn, a job of flow (a key naming who it is for, such as
@@ -328,10 +353,10 @@ func (p *Pool) Submit(ctx context.Context, cost time.Duration, mem int64, fn fun
 // match ErrRefused; see the package doc for when each error is returned.
 // If ctx ends while fn is running, SubmitFlow still waits for fn to return,
 // so that fn may safely write variables the caller reads afterwards.
-func (p *Pool) SubmitFlow(ctx context.Context, flow string, cost time.Duration, mem int64, fn func()) (Result, error) {
+func (p *Pool) SubmitFlow(ctx context.Context, flow Flow, cost time.Duration, mem int64, fn func()) (Result, error) {
 	mem = max(mem, 0)
 	if p.cfg.Unguarded {
-		flow = "" // a plain server serves by arrival
+		flow = Flow{} // a plain server serves by arrival
 	}
 	now := p.now()
 	p.mu.Lock()
@@ -373,7 +398,7 @@ func (p *Pool) SubmitFlow(ctx context.Context, flow string, cost time.Duration, 
 
 // admitLocked decides at arrival and returns the projected wait of the job
 // it admits. It allocates nothing.
-func (p *Pool) admitLocked(ctx context.Context, now time.Time, key string, cost time.Duration, mem int64) (time.Duration, error) {
+func (p *Pool) admitLocked(ctx context.Context, now time.Time, fl Flow, cost time.Duration, mem int64) (time.Duration, error) {
 	switch {
 	case p.draining || p.closed:
 		return 0, ErrDraining
@@ -384,11 +409,11 @@ func (p *Pool) admitLocked(ctx context.Context, now time.Time, key string, cost 
 	}
 	var victim *flow // the flow whose newest job a full queue gives up
 	if p.queued >= p.cfg.QueueCapacity {
-		if victim = p.pushOutVictimLocked(key); victim == nil {
+		if victim = p.pushOutVictimLocked(fl); victim == nil {
 			return 0, ErrQueueFull
 		}
 	}
-	wait := p.projectedWaitForLocked(key)
+	wait := p.projectedWaitForLocked(fl)
 	if wait > p.cfg.MaxQueueWait {
 		return 0, ErrWaitTooLong
 	}
@@ -408,30 +433,38 @@ func (p *Pool) admitLocked(ctx context.Context, now time.Time, key string, cost 
 	return wait, nil
 }
 
-// longestLocked is the flow with the most jobs queued (the most queued cost
-// among those), or nil when none is queued.
+// longestLocked is the flow with the most jobs queued per unit of weight
+// (the most queued cost per unit among those), or nil when none is queued.
 func (p *Pool) longestLocked() *flow {
 	var longest *flow
 	for _, f := range p.flows {
-		if longest == nil || f.queued > longest.queued ||
-			f.queued == longest.queued && f.queuedCost > longest.queuedCost {
+		if longest == nil {
+			longest = f
+			continue
+		}
+		l, ll := f.length(f.queued), longest.length(longest.queued)
+		if l > ll || l == ll && float64(f.queuedCost)/f.weight > float64(longest.queuedCost)/longest.weight {
 			longest = f
 		}
 	}
 	return longest
 }
 
-// pushOutVictimLocked is the flow whose newest job an arrival of flow key may
-// take the place of in a full queue, or nil: the longest flow, when it has
-// at least two more jobs queued than flow has. A flow never pushes out its
-// own jobs, and two flows with equal queues cannot push each other's out in
-// turn.
-func (p *Pool) pushOutVictimLocked(key string) *flow {
-	own := 0
-	if f := p.flows[key]; f != nil {
+// pushOutVictimLocked is the flow whose newest job an arrival of fl may
+// take the place of in a full queue, or nil: the longest flow (per unit of
+// weight), when it stays at least as long as fl after giving it one place
+// (weight 1 for both: at least two more jobs queued). A flow never pushes
+// out its own jobs, and two flows cannot push each other's out in turn.
+func (p *Pool) pushOutVictimLocked(fl Flow) *flow {
+	own, w := 0, fl.weight()
+	if f := p.flows[fl.Key]; f != nil {
 		own = f.queued
 	}
-	if longest := p.longestLocked(); longest != nil && longest.key != key && longest.queued >= own+2 {
+	longest := p.longestLocked()
+	if longest == nil || longest.key == fl.Key {
+		return nil
+	}
+	if longest.length(longest.queued-1) >= float64(own+1)/w {
 		return longest
 	}
 	return nil
@@ -454,28 +487,30 @@ func (p *Pool) projectedWaitLocked() time.Duration {
 }
 
 // projectedWaitForLocked estimates how long a job of flow, queued now, would
-// wait under fair queueing. Its flow's next job starts at
-// the flow's served level (the pool's virtual time, for a new flow), so the
-// new job starts at that level plus its flow's queued work. Ahead of it: its
-// own flow's queued work, and from every other flow the jobs that start at
-// or below that level (ties go to the older job, the other flow's): the
-// work between the flow's level and the new job's, plus the job that
-// straddles it (a mean job of that flow), at most all the flow has queued.
-func (p *Pool) projectedWaitForLocked(flow string) time.Duration {
+// wait under fair queueing. Levels are served cost per unit of weight. Its
+// flow's next job starts at the flow's served level (the pool's virtual
+// time, for a new flow), so the new job starts at that level plus its
+// flow's queued work over its weight. Ahead of it: its own flow's queued
+// work, and from every other flow the jobs that start at or below that
+// level (ties go to the older job, the other flow's): the work between the
+// flow's level and the new job's, times that flow's weight, plus the job
+// that straddles it (a mean job of that flow), at most all the flow has
+// queued.
+func (p *Pool) projectedWaitForLocked(flow Flow) time.Duration {
 	if p.queued == 0 {
 		return 0
 	}
-	own := p.flows[flow]
+	own := p.flows[flow.Key]
 	start, ahead := p.vtime, time.Duration(0)
 	if own != nil {
-		start, ahead = own.served+float64(own.queuedCost), own.queuedCost
+		start, ahead = own.served+float64(own.queuedCost)/flow.weight(), own.queuedCost
 	}
 	for _, f := range p.flows {
 		if f == own || f.served > start {
 			continue
 		}
 		mean := float64(f.queuedCost) / float64(f.queued)
-		ahead += time.Duration(min(float64(f.queuedCost), start-f.served+mean))
+		ahead += time.Duration(min(float64(f.queuedCost), (start-f.served)*f.weight+mean))
 	}
 	return p.spreadLocked(ahead)
 }
@@ -503,7 +538,7 @@ func (p *Pool) ProjectedWait() time.Duration {
 	return p.projectedWaitLocked()
 }
 
-func (p *Pool) pushLocked(j *job, key string) {
+func (p *Pool) pushLocked(j *job, fl Flow) {
 	p.arrivals++
 	j.seq = p.arrivals
 	p.jobs.push(j)
@@ -511,11 +546,12 @@ func (p *Pool) pushLocked(j *job, key string) {
 	p.queuedCost += j.cost
 	p.queuedMem += j.mem
 
-	f := p.flows[key]
+	f := p.flows[fl.Key]
 	if f == nil {
-		f = &flow{key: key, served: p.vtime, jobs: list{at: inFlowLinks}}
-		p.flows[key] = f
+		f = &flow{key: fl.Key, served: p.vtime, jobs: list{at: inFlowLinks}}
+		p.flows[fl.Key] = f
 	}
+	f.weight = fl.weight()
 	j.flow = f
 	f.jobs.push(j)
 	f.queued++
@@ -594,7 +630,7 @@ func (p *Pool) pickLocked(now time.Time) *job {
 				}
 				p.vtime = max(p.vtime, f.served)
 				// At least a nanosecond, so that free jobs take turns too.
-				f.served += max(float64(j.cost), 1)
+				f.served += max(float64(j.cost), 1) / f.weight
 				p.removeLocked(j)
 				return j
 			case j.bypassed >= p.cfg.Workers:

@@ -117,6 +117,12 @@ func (r *recorder) submit(t *testing.T, p *Pool, ctx context.Context, id int, co
 // submitAs is submit in flow.
 func (r *recorder) submitAs(t *testing.T, p *Pool, ctx context.Context, flow string, id int, cost time.Duration) {
 	t.Helper()
+	r.submitIn(t, p, ctx, Flow{Key: flow}, id, cost)
+}
+
+// submitIn is submit in flow, with its weight.
+func (r *recorder) submitIn(t *testing.T, p *Pool, ctx context.Context, flow Flow, id int, cost time.Duration) {
+	t.Helper()
 	before := p.Stats().Queued
 	r.wg.Add(1)
 	go func() {

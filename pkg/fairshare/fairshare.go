@@ -51,6 +51,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/leveehq/levee/pkg/callmeta"
 )
 
 // Other is the entry that calls are accounted to once MaxTenants tenants
@@ -97,8 +99,8 @@ func (c Config) Validate() error {
 }
 
 func checkWeight(w float64) error {
-	if !(w > 0) || math.IsInf(w, 0) || w > 1e6 {
-		return fmt.Errorf("a weight must be in (0, 1e6], got %v", w)
+	if !(w > 0) || math.IsInf(w, 0) || w > callmeta.MaxWeight {
+		return fmt.Errorf("a weight must be in (0, %g], got %v", callmeta.MaxWeight, w)
 	}
 	return nil
 }
@@ -208,7 +210,14 @@ func (s *Shares) SetCaps(caps map[string]int64) error {
 }
 
 // Ticket is an admitted call's hold on its tenant's share; Release it once.
-type Ticket struct{ t *tenant }
+type Ticket struct {
+	t      *tenant
+	weight float64
+}
+
+// Weight is the weight the call's tenant had when the call was admitted
+// (its entry's: Other's for a tenant counted there); zero for no ticket.
+func (tk Ticket) Weight() float64 { return tk.weight }
 
 // Acquire reports whether tenant may have one more call in flight under a
 // limiter that holds at most limit calls (and admitted this one). On true
@@ -289,7 +298,7 @@ func (s *Shares) admitLocked(t *tenant) Ticket {
 		s.pooled++
 	}
 	s.setDeficitLocked(t)
-	return Ticket{t}
+	return Ticket{t: t, weight: t.weight}
 }
 
 // Release ends an admitted call's hold.

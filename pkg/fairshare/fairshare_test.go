@@ -246,6 +246,28 @@ func TestWeightsSplitTheLimit(t *testing.T) {
 	}
 }
 
+// A ticket carries its tenant's weight, which the gateway forwards to the
+// verifiers' fair queueing.
+func TestTicketsCarryTheWeight(t *testing.T) {
+	s := newShares(t, &clock{t: time.Unix(0, 0)}, nil)
+	if err := s.SetWeights(map[string]float64{"gold": 3}); err != nil {
+		t.Fatal(err)
+	}
+	for tenant, want := range map[string]float64{"gold": 3, "plain": 1} {
+		tk, ok := s.Acquire(tenant, 10)
+		if !ok {
+			t.Fatalf("%s refused with room to spare", tenant)
+		}
+		if got := tk.Weight(); got != want {
+			t.Errorf("%s's ticket weighs %v, want %v", tenant, got, want)
+		}
+		s.Release(tk)
+	}
+	if w := (Ticket{}).Weight(); w != 0 {
+		t.Errorf("no ticket weighs %v, want 0", w)
+	}
+}
+
 // A cap holds a tenant to its calls in flight however much room is free,
 // counts its critical calls without refusing them, and lifts when the
 // caps are replaced.

@@ -37,6 +37,9 @@ type call struct {
 // out the rest of the call from them.
 func (g *Gateway) newCall(ctx context.Context) call {
 	f := callmeta.FromContext(ctx)
+	// A tenant's weight is the gateway's setting, never a caller's word:
+	// admit sets it from the shares.
+	f.Weight = 0
 	retry := f.AttemptClass() == callmeta.RetryAttempt
 	return call{
 		facts:    f,

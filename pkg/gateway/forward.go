@@ -116,6 +116,11 @@ func (g *Gateway) admit(ctx context.Context, c *call) error {
 			return errOverTenantShare
 		}
 		g.metrics.tenantCalls.WithLabelValues(label, "admitted").Inc()
+		// The verifiers share their queues by the same weights; weight 1
+		// is what they assume when none is sent.
+		if w := c.share.Weight(); w != 1 {
+			c.facts.Weight = w
+		}
 	}
 	g.auto.sawInflight(g.limiter.InFlight())
 	return nil

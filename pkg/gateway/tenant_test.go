@@ -8,12 +8,18 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/internal/grpctest"
 	"github.com/leveehq/levee/internal/testlock"
 	"github.com/leveehq/levee/pkg/callmeta"
 	"github.com/leveehq/levee/pkg/gateway/settings"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // A tenant at 0.3 C beside one flooding at 3 C, over real gRPC: the quiet
@@ -181,5 +187,74 @@ func TestTenThousandTenantsStayBounded(t *testing.T) {
 	call("busy-0")
 	if n := gw.g.shares.Tracked(); n > 2 {
 		t.Errorf("the shares still track %d tenants after the names stopped, want the one still asking", n)
+	}
+}
+
+// factsRecorder is a VerifyService that records the facts each Verify
+// arrives with and answers a match.
+type factsRecorder struct {
+	verifyv1.UnimplementedVerifyServiceServer
+	mu   sync.Mutex
+	seen []callmeta.Facts
+}
+
+func (r *factsRecorder) Verify(ctx context.Context, _ *verifyv1.VerifyRequest) (*verifyv1.VerifyResponse, error) {
+	f, err := callmeta.Asked(ctx)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	r.mu.Lock()
+	r.seen = append(r.seen, f)
+	r.mu.Unlock()
+	return &verifyv1.VerifyResponse{Match: true}, nil
+}
+
+func (r *factsRecorder) last() callmeta.Facts {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seen[len(r.seen)-1]
+}
+
+// The weight the verifiers' fair queueing serves by is the gateway's
+// setting for the tenant, over real gRPC: a tenant weighted 3 is forwarded
+// with levee-tenant-weight 3, one without a weight is forwarded with none
+// (weight 1), and a caller's own levee-tenant-weight never passes.
+func TestTenantWeightIsTheGatewaysToSend(t *testing.T) {
+	rec := &factsRecorder{}
+	addr := grpctest.Serve(t, func(s *grpc.Server) {
+		verifyv1.RegisterVerifyServiceServer(s, rec)
+		hs := health.NewServer()
+		hs.SetServingStatus(verifyv1.VerifyService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+		healthpb.RegisterHealthServer(s, hs)
+	})
+	gw := startGateway(t, gatewayConfig(addr))
+	gw.waitServing(t, 1)
+	if err := gw.g.ApplySettings(settings.Settings{TenantWeights: map[string]float64{"gold": 3}}); err != nil {
+		t.Fatal(err)
+	}
+	stored := storedHash("pw", 64, 1)
+	for _, c := range []struct {
+		tenant, sent string
+		want         float64
+	}{
+		{"gold", "", 3},
+		{"gold", "1000", 3},
+		{"plain", "", 0},
+		{"plain", "1000", 0},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		ctx = callmeta.AppendOutgoing(ctx, callmeta.Facts{Tenant: c.tenant})
+		if c.sent != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, callmeta.WeightKey, c.sent)
+		}
+		_, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")})
+		cancel()
+		if err != nil {
+			t.Fatalf("%s sending weight %q: %v", c.tenant, c.sent, err)
+		}
+		if got := rec.last(); got.Tenant != c.tenant || got.Weight != c.want {
+			t.Errorf("%s sending weight %q: the verifier got tenant %q weight %v, want weight %v",
+				c.tenant, c.sent, got.Tenant, got.Weight, c.want)
+		}
 	}
 }

@@ -132,9 +132,11 @@ func (s *Server) runCost(ctx context.Context, rpc string, h *verify.Hash, cost t
 	single func() bool, fn func()) error {
 	alg := h.Algorithm.String()
 	// Each tenant is a flow of the pool: the workers are shared among the
-	// tenants with work queued, by expected cost (package workpool).
-	tenant := callmeta.FromContext(ctx).Tenant
-	res, err := s.pool.SubmitFlow(ctx, tenant, cost, mem, func() {
+	// tenants with work queued, by expected cost in proportion to the
+	// weight the gateway sent (package workpool).
+	facts := callmeta.FromContext(ctx)
+	tenant := facts.Tenant
+	res, err := s.pool.SubmitFlow(ctx, workpool.Flow{Key: tenant, Weight: facts.Weight}, cost, mem, func() {
 		s.metrics.hashes.WithLabelValues(alg).Inc()
 		if s.beforeHash != nil {
 			s.beforeHash(ctx, rpc)

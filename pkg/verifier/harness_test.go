@@ -229,9 +229,14 @@ func as(ctx context.Context, tenant string) context.Context {
 
 // goHash sends a Hash for tenant in the background; wait returns its error.
 func (h *harness) goHash(ctx context.Context, tenant string) (wait func() error) {
+	return h.goHashAs(ctx, callmeta.Facts{Tenant: tenant})
+}
+
+// goHashAs is goHash with all of the call's facts.
+func (h *harness) goHashAs(ctx context.Context, f callmeta.Facts) (wait func() error) {
 	done := make(chan error, 1)
 	go func() {
-		_, err := h.verify.Hash(as(ctx, tenant), &verifyv1.HashRequest{Password: []byte("pw " + tenant)})
+		_, err := h.verify.Hash(callmeta.AppendOutgoing(ctx, f), &verifyv1.HashRequest{Password: []byte("pw " + f.Tenant)})
 		done <- err
 	}()
 	return onceResult(done)

@@ -10,6 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/leveehq/levee/pkg/callmeta"
 )
 
 // Tenants share the queue, over real gRPC: a tenant whose calls fill the
@@ -55,4 +57,46 @@ func TestTenantsShareTheQueue(t *testing.T) {
 			t.Errorf("tenant %s worked %v s, want > 0", tenant, got)
 		}
 	}
+}
+
+// The weight a gateway sends in levee-tenant-weight shares the workers, over
+// real gRPC: a tenant of weight 3 queued beside one of weight 1 has three
+// calls hashed for each of the other's (unweighted, they would alternate).
+func TestTenantWeightsShareTheWorkers(t *testing.T) {
+	cfg := testConfig()
+	cfg.QueueCapacity = 8
+	h := start(t, cfg)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+
+	release, wait := h.occupy("hold")
+	var calls []func() error
+	for i := range 6 {
+		calls = append(calls, h.goHashAs(ctx, callmeta.Facts{Tenant: "gold", Weight: 3}))
+		h.waitQueued(i + 1)
+	}
+	for i := range 2 {
+		calls = append(calls, h.goHash(ctx, "plain"))
+		h.waitQueued(7 + i)
+	}
+	release()
+	wantOK(t, "hold", wait())
+	for i, w := range calls {
+		wantOK(t, fmt.Sprint("call ", i), w())
+	}
+	got := h.hashed()
+	first := got[1:5] // after the hold
+	if n := countOf(first, "gold"); n != 3 {
+		t.Errorf("hash order %q: %d of the first four after the hold were gold's, want 3", got, n)
+	}
+}
+
+func countOf(xs []string, x string) int {
+	n := 0
+	for _, y := range xs {
+		if y == x {
+			n++
+		}
+	}
+	return n
 }

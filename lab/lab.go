@@ -468,12 +468,16 @@ func runOne(ctx context.Context, cfg Config, name string, q experiment.Request, 
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, f.Close()) }()
-	capacity, err := experiment.MeasureCapacity(ctx, f.Target, f.Caller, q, cfg.Capacity)
+	capacity, err := experiment.MeasureCapacity(ctx, f, q, cfg.Capacity)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Logger.Info("capacity", "fleet", f.Name, "per_second", fmt.Sprintf("%.1f", capacity.PerSecond),
-		"unloaded_p50", capacity.UnloadedP50, "unloaded_p99", capacity.UnloadedP99)
+		"unloaded_p50", capacity.UnloadedP50, "unloaded_p99", capacity.UnloadedP99, "warmed", capacity.Warmed.Round(time.Millisecond))
+	if capacity.Cold > 0 {
+		cfg.Logger.Warn("capacity measured before every verifier was warm: C may read low", "fleet", f.Name,
+			"cold_verifiers", capacity.Cold, "warmed", capacity.Warmed.Round(time.Millisecond))
+	}
 	// Let what the measurement left queued drain before the experiment.
 	if err := drive.Sleep(ctx, 2*time.Second); err != nil {
 		return nil, err

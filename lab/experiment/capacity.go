@@ -14,8 +14,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
+	"github.com/leveehq/levee/internal/promscrape"
 	"github.com/leveehq/levee/lab/drive"
-	"github.com/leveehq/levee/pkg/mtls"
+	"github.com/leveehq/levee/pkg/wellknown"
 )
 
 // CapacityConfig says how the lab measures a fleet's capacity C, the
@@ -25,12 +26,15 @@ type CapacityConfig struct {
 	// calls still are).
 	Fixed float64
 	// Callers closed-loop callers keep the fleet saturated for Measure,
-	// after Warmup; each sends one attempt at a time with Deadline (or
-	// twice Callers unloaded p99s, if longer: loadedDeadline), and
-	// waits Pause after a refusal (so that refusals do not take the CPU the
-	// fleet needs), or one unloaded median when Pause is zero.
+	// after Warmup and then for as long as any verifier has yet to warm
+	// (awaitWarm), WarmLimit at most; each sends one attempt at a time
+	// with Deadline (or twice Callers unloaded p99s, if longer:
+	// loadedDeadline), and waits Pause after a refusal (so that refusals
+	// do not take the CPU the fleet needs), or one unloaded median when
+	// Pause is zero.
 	Callers         int
 	Warmup, Measure time.Duration
+	WarmLimit       time.Duration
 	Deadline, Pause time.Duration
 	// Unloaded calls are sent one at a time before the capacity is
 	// measured (after a tenth as many not timed): the fleet's latency with
@@ -38,8 +42,17 @@ type CapacityConfig struct {
 	Unloaded int
 }
 
-// DefaultCapacity: 200 unloaded calls; 64 callers, 1 s of warm-up, 5 s
-// measured, 5 s deadlines, one unloaded median after a refusal.
+// DefaultCapacity: 200 unloaded calls; 64 callers, 1 s of warm-up and up
+// to a minute more until every verifier is warm, 5 s measured, 5 s
+// deadlines, one unloaded median after a refusal.
+//
+// Warm, because a fresh verifier is slower than it will be for the rest of
+// the run: it keeps Argon2's arrays resident (pkg/residentheap: GOGC off, a
+// soft memory limit), so its heap grows to that limit before a freed array
+// is reused, and until then every hash also faults a fresh array in. With
+// the lab's 1 MiB hash that is the first ~570 hashes of each verifier (a
+// 576 MiB limit): seconds of load, in which a fleet serves a third to two
+// thirds of what it serves warm (220/s against 340/s on two cores).
 //
 // Sixty-four callers, not fewer: on two shared cores 16 left the control's
 // workers short of work often enough to read C a quarter low (152/s where
@@ -48,8 +61,8 @@ type CapacityConfig struct {
 // hold, and a refused caller waits a service time, so the extra callers
 // cost it little.
 func DefaultCapacity() CapacityConfig {
-	return CapacityConfig{Callers: 64, Warmup: time.Second, Measure: 5 * time.Second, Deadline: 5 * time.Second,
-		Unloaded: 200}
+	return CapacityConfig{Callers: 64, Warmup: time.Second, WarmLimit: time.Minute, Measure: 5 * time.Second,
+		Deadline: 5 * time.Second, Unloaded: 200}
 }
 
 // Capacity is what the lab measured of a fleet before loading it.
@@ -61,6 +74,12 @@ type Capacity struct {
 	// alone: UnloadedP50 is one service time as a caller sees it (the hash
 	// and one hop). Zero when none were sent.
 	UnloadedP50, UnloadedP99 time.Duration
+	// Warmed is how long the closed loop ran before C was measured (zero
+	// when C was fixed), and Cold how many verifiers had still not warmed
+	// when CapacityConfig.WarmLimit ended the wait: C then reads what a
+	// colder fleet serves.
+	Warmed time.Duration
+	Cold   int
 }
 
 // HealthyP99Bound is the healthy-load latency the lab holds a fleet to:
@@ -84,9 +103,9 @@ func (c CapacityConfig) Validate() error {
 	if c.Fixed > 0 {
 		return nil
 	}
-	if c.Callers < 1 || c.Callers > 4096 || c.Warmup < 0 || c.Measure < time.Second || c.Pause < 0 {
-		return fmt.Errorf("experiment: capacity: want 1–4096 callers, warm-up ≥ 0, measure ≥ 1s, pause ≥ 0; got %d, %v, %v, %v",
-			c.Callers, c.Warmup, c.Measure, c.Pause)
+	if c.Callers < 1 || c.Callers > 4096 || c.Warmup < 0 || c.WarmLimit < 0 || c.Measure < time.Second || c.Pause < 0 {
+		return fmt.Errorf("experiment: capacity: want 1–4096 callers, warm-up ≥ 0, warm limit ≥ 0, measure ≥ 1s, pause ≥ 0; got %d, %v, %v, %v, %v",
+			c.Callers, c.Warmup, c.WarmLimit, c.Measure, c.Pause)
 	}
 	return nil
 }
@@ -124,18 +143,24 @@ func timedVerify(ctx context.Context, rpc verifyv1.VerifyServiceClient, q Reques
 	return time.Since(began), err
 }
 
-// MeasureCapacity saturates the fleet at target with closed-loop callers
-// and returns its goodput in successful verifications per second: C. A
-// closed loop is right here, and only here: it measures what the fleet can
-// do when it always has work, which an open loop at an unknown rate cannot.
-func MeasureCapacity(parent context.Context, target string, id *mtls.Source, q Request, c CapacityConfig) (Capacity, error) {
-	cc, err := grpc.NewClient(target, id.DialOption(""), grpc.WithDisableRetry())
+// MeasureCapacity saturates fleet f (its Target, as f.Caller) with
+// closed-loop callers and returns its goodput in successful verifications
+// per second, once warm: C. A closed loop is right here, and only here: it
+// measures what the fleet can do when it always has work, which an open
+// loop at an unknown rate cannot. The verifiers among f.Members whose
+// metrics page it can read are waited for until warm (awaitWarm); without
+// any, the warm-up is Warmup alone.
+func MeasureCapacity(parent context.Context, f *drive.Fleet, q Request, c CapacityConfig) (Capacity, error) {
+	cc, err := grpc.NewClient(f.Target, f.Caller.DialOption(""), grpc.WithDisableRetry())
 	if err != nil {
 		return Capacity{}, fmt.Errorf("experiment: capacity: %w", err)
 	}
 	defer cc.Close()
 	rpc := verifyv1.NewVerifyServiceClient(cc)
 	var res Capacity
+	// Before any hash of the lab's: a collection after this is one the
+	// lab's calls brought about.
+	collected := verifierCollections(parent, f)
 	if res.UnloadedP50, res.UnloadedP99, err = measureUnloaded(parent, rpc, q, c.Unloaded, c.Deadline); err != nil {
 		return Capacity{}, err
 	}
@@ -153,6 +178,7 @@ func MeasureCapacity(parent context.Context, target string, id *mtls.Source, q R
 	var ok, failed atomic.Int64
 	var firstErr atomic.Value
 	ctx, cancel := context.WithCancel(parent)
+	looping := time.Now()
 	var wg sync.WaitGroup
 	for range c.Callers {
 		wg.Add(1)
@@ -185,6 +211,8 @@ func MeasureCapacity(parent context.Context, target string, id *mtls.Source, q R
 		}()
 	}
 	_ = drive.Sleep(ctx, c.Warmup) // a cancelled ctx ends the measurement below
+	res.Cold = awaitWarm(ctx, f, collected, c.WarmLimit)
+	res.Warmed = time.Since(looping)
 	counting.Store(true)
 	began := time.Now()
 	_ = drive.Sleep(ctx, c.Measure)
@@ -231,7 +259,7 @@ const drainedStreak = 3
 // retries, and starts the experiment in the congested state it is meant to
 // look for. A fleet is drained when drainedStreak calls, sent one at a
 // time, each come back within the unloaded p99 plus one unloaded median.
-// It waits at most as long as the measurement took, plus a deadline, plus
+// It waits at most as long as the closed loop ran, plus a deadline, plus
 // one worker's time to hash twice the callers' calls (calls that timed out
 // in a queue were sent again); without unloaded figures to judge by it
 // does not wait.
@@ -240,7 +268,7 @@ func awaitDrained(parent context.Context, rpc verifyv1.VerifyServiceClient, q Re
 		return nil
 	}
 	fast := res.UnloadedP99 + res.UnloadedP50
-	bound := c.Warmup + c.Measure + c.loadedDeadline(res) + 2*time.Duration(c.Callers)*res.UnloadedP99
+	bound := res.Warmed + c.Measure + c.loadedDeadline(res) + 2*time.Duration(c.Callers)*res.UnloadedP99
 	ctx, cancel := context.WithTimeout(parent, bound)
 	defer cancel()
 	streak, slowest := 0, time.Duration(0)
@@ -260,4 +288,55 @@ func awaitDrained(parent context.Context, rpc verifyv1.VerifyServiceClient, q Re
 		}
 	}
 	return nil
+}
+
+// warmPoll is how often awaitWarm reads the verifiers' metrics.
+const warmPoll = 250 * time.Millisecond
+
+// awaitWarm returns once every verifier named in before has completed a
+// garbage collection since before was read (verifierCollections), or once
+// limit has passed, with how many had not. A verifier keeps its heap
+// resident (pkg/residentheap): with GOGC off its first collection comes when
+// the heap reaches its soft memory limit, every page of which has by then
+// been faulted in, and from then on hashes reuse freed arrays. Before that,
+// each hash also pays to fault its array in, which is not the fleet's
+// capacity but its start. A verifier whose collector runs as usual (no
+// resident heap) collects early and is warm at once.
+func awaitWarm(ctx context.Context, f *drive.Fleet, before map[string]uint64, limit time.Duration) int {
+	end := time.Now().Add(limit)
+	for {
+		now := verifierCollections(ctx, f)
+		cold := 0
+		for name, n := range before {
+			if m, ok := now[name]; !ok || m <= n {
+				cold++
+			}
+		}
+		if cold == 0 || !time.Now().Before(end) || drive.Sleep(ctx, warmPoll) != nil {
+			return cold
+		}
+	}
+}
+
+// verifierCollections reads, from the metrics page of each of f's
+// verifiers, how many garbage collections it has completed, by member name.
+// A verifier whose page cannot be read, or does not count collections, is
+// left out.
+func verifierCollections(ctx context.Context, f *drive.Fleet) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, m := range f.Members {
+		if m.Role != drive.RoleVerifier || m.Metrics == "" {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		mfs, err := promscrape.Fetch(sctx, m.Metrics)
+		cancel()
+		if err != nil {
+			continue
+		}
+		if mf, ok := mfs[wellknown.MetricGoGC]; ok && len(mf.GetMetric()) == 1 && mf.GetMetric()[0].GetSummary() != nil {
+			out[m.Name] = mf.GetMetric()[0].GetSummary().GetSampleCount()
+		}
+	}
+	return out
 }

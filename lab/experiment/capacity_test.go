@@ -2,6 +2,9 @@ package experiment
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +14,8 @@ import (
 
 	verifyv1 "github.com/leveehq/levee/gen/levee/verify/v1"
 	"github.com/leveehq/levee/internal/grpctest"
+	"github.com/leveehq/levee/lab/drive"
+	"github.com/leveehq/levee/pkg/wellknown"
 )
 
 // backlogServer is a plain server of one worker: it hashes every call it
@@ -44,7 +49,7 @@ func TestCapacityLeavesTheFleetDrained(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := CapacityConfig{Callers: 8, Measure: time.Second, Deadline: 2 * time.Second, Unloaded: 20}
-	res, err := MeasureCapacity(ctx, addr, nil, Request{hash: "stored", password: []byte("pw")}, c)
+	res, err := MeasureCapacity(ctx, drive.Target(addr, nil), Request{hash: "stored", password: []byte("pw")}, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +74,7 @@ func TestCapacityOfAQueueLongerThanTheDeadline(t *testing.T) {
 	defer cancel()
 	// 8 callers queue 400 ms of work, twice the deadline.
 	c := CapacityConfig{Callers: 8, Measure: 2 * time.Second, Deadline: 200 * time.Millisecond, Unloaded: 20}
-	res, err := MeasureCapacity(ctx, addr, nil, Request{hash: "stored", password: []byte("pw")}, c)
+	res, err := MeasureCapacity(ctx, drive.Target(addr, nil), Request{hash: "stored", password: []byte("pw")}, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,4 +82,100 @@ func TestCapacityOfAQueueLongerThanTheDeadline(t *testing.T) {
 		t.Errorf("C = %.1f/s, want about 20/s (one worker, 50 ms a call)", res.PerSecond)
 	}
 	t.Logf("C = %.1f/s, unloaded p50 %v, p99 %v", res.PerSecond, res.UnloadedP50, res.UnloadedP99)
+}
+
+// coldServer is a verifier of one worker that is slow until it has hashed
+// fill calls, as a fresh verifier is while its resident heap grows to its
+// soft limit (every hash faults its array in), and counts one garbage
+// collection more from then on, as the verifier's does when its heap
+// reaches the limit.
+type coldServer struct {
+	verifyv1.UnimplementedVerifyServiceServer
+	cold, warm time.Duration
+	fill       int64
+	worker     sync.Mutex
+	hashed     atomic.Int64
+}
+
+func (s *coldServer) Verify(context.Context, *verifyv1.VerifyRequest) (*verifyv1.VerifyResponse, error) {
+	s.worker.Lock()
+	defer s.worker.Unlock()
+	if s.hashed.Load() < s.fill {
+		time.Sleep(s.cold)
+	} else {
+		time.Sleep(s.warm)
+	}
+	s.hashed.Add(1)
+	return &verifyv1.VerifyResponse{Match: true}, nil
+}
+
+// metrics is the server's metrics page: the Go collector's count of
+// garbage collections, one at start (the verifier's warm-up collects) and
+// two once the heap has filled.
+func (s *coldServer) metrics(w http.ResponseWriter, _ *http.Request) {
+	n := 1
+	if s.hashed.Load() >= s.fill {
+		n = 2
+	}
+	fmt.Fprintf(w, "# TYPE %[1]s summary\n%[1]s_sum 0.001\n%[1]s_count %[2]d\n", wellknown.MetricGoGC, n)
+}
+
+// coldFleet serves srv as a fleet of one verifier whose metrics page the
+// lab reads.
+func coldFleet(t *testing.T, srv *coldServer) *drive.Fleet {
+	addr := grpctest.Serve(t, func(s *grpc.Server) { verifyv1.RegisterVerifyServiceServer(s, srv) })
+	page := httptest.NewServer(http.HandlerFunc(srv.metrics))
+	t.Cleanup(page.Close)
+	f := drive.Target(addr, nil)
+	f.Members = append(f.Members, &drive.Member{Name: "verifier-1", Role: drive.RoleVerifier, Metrics: page.URL + "/metrics"})
+	return f
+}
+
+// A fresh verifier hashes slower until its resident heap has grown to its
+// soft limit, which the load that follows the measurement never sees: C
+// measured in that span read a third to two thirds of what the fleet served
+// warm. The closed loop runs until every verifier has collected garbage,
+// then measures: here 20 ms calls until 60 are hashed, 5 ms after, and C
+// must read the 5 ms worker's.
+func TestCapacityIsMeasuredOnceTheVerifiersAreWarm(t *testing.T) {
+	srv := &coldServer{cold: 20 * time.Millisecond, warm: 5 * time.Millisecond, fill: 60}
+	f := coldFleet(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// The unloaded calls and the 200 ms warm-up hash 21 calls: with the
+	// warm-up alone, the measured second would be mostly cold calls.
+	c := CapacityConfig{Callers: 8, Warmup: 200 * time.Millisecond, WarmLimit: 10 * time.Second, Measure: time.Second,
+		Deadline: 2 * time.Second, Unloaded: 10}
+	res, err := MeasureCapacity(ctx, f, Request{hash: "stored", password: []byte("pw")}, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Cold != 0 {
+		t.Errorf("%d verifiers cold when C was measured, want 0", res.Cold)
+	}
+	if res.PerSecond < 150 {
+		t.Errorf("C = %.1f/s, want about 200/s (one worker, 5 ms a call once warm)", res.PerSecond)
+	}
+	t.Logf("C = %.1f/s after %v of closed loop", res.PerSecond, res.Warmed)
+}
+
+// A verifier that never warms holds the measurement up for WarmLimit at
+// most, and is counted as cold.
+func TestCapacityWaitsForWarmthAtMostWarmLimit(t *testing.T) {
+	srv := &coldServer{cold: 5 * time.Millisecond, warm: 5 * time.Millisecond, fill: 1 << 40}
+	f := coldFleet(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := CapacityConfig{Callers: 4, Warmup: 100 * time.Millisecond, WarmLimit: 500 * time.Millisecond, Measure: time.Second,
+		Deadline: 2 * time.Second, Unloaded: 10}
+	res, err := MeasureCapacity(ctx, f, Request{hash: "stored", password: []byte("pw")}, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Cold != 1 {
+		t.Errorf("%d verifiers cold, want 1", res.Cold)
+	}
+	if res.Warmed < 600*time.Millisecond || res.Warmed > 3*time.Second {
+		t.Errorf("the closed loop warmed for %v, want Warmup + WarmLimit (600 ms) and little more", res.Warmed)
+	}
 }

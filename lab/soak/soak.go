@@ -110,7 +110,7 @@ func Run(ctx context.Context, f *drive.Fleet, q experiment.Request, c Config) (*
 	if log == nil {
 		log = slog.Default()
 	}
-	capacity, err := experiment.MeasureCapacity(ctx, f.Target, f.Caller, q, c.Capacity)
+	capacity, err := experiment.MeasureCapacity(ctx, f, q, c.Capacity)
 	if err != nil {
 		return nil, err
 	}

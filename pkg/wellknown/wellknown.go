@@ -153,12 +153,15 @@ const (
 	MetricProcessOpenFDs   = "process_open_fds"
 	MetricProcessStartTime = "process_start_time_seconds"
 	MetricGoGoroutines     = "go_goroutines"
+	// MetricGoGC is a summary of the garbage collections' pauses: its
+	// count is how many collections the process has completed.
+	MetricGoGC = "go_gc_duration_seconds"
 )
 
 // processMetrics are every server's (on Linux, where the process collector
 // reads /proc).
 var processMetrics = []string{MetricProcessCPU, MetricProcessResident, MetricProcessOpenFDs, MetricProcessStartTime,
-	MetricGoGoroutines}
+	MetricGoGoroutines, MetricGoGC}
 
 // GatewayMetrics, VerifierMetrics, BudgetdMetrics and BudgetMetrics are the
 // metrics named here that each component must export (its tests check).

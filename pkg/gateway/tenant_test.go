@@ -233,28 +233,29 @@ func TestTenantWeightIsTheGatewaysToSend(t *testing.T) {
 		t.Fatal(err)
 	}
 	stored := storedHash("pw", 64, 1)
-	for _, c := range []struct {
-		tenant, sent string
-		want         float64
-	}{
-		{"gold", "", 3},
-		{"gold", "1000", 3},
-		{"plain", "", 0},
-		{"plain", "1000", 0},
-	} {
+	check := func(tenant, sent string, want float64) {
+		t.Helper()
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		ctx = callmeta.AppendOutgoing(ctx, callmeta.Facts{Tenant: c.tenant})
-		if c.sent != "" {
-			ctx = metadata.AppendToOutgoingContext(ctx, callmeta.WeightKey, c.sent)
+		defer cancel()
+		ctx = callmeta.AppendOutgoing(ctx, callmeta.Facts{Tenant: tenant})
+		if sent != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, callmeta.WeightKey, sent)
 		}
-		_, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")})
-		cancel()
-		if err != nil {
-			t.Fatalf("%s sending weight %q: %v", c.tenant, c.sent, err)
+		if _, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")}); err != nil {
+			t.Fatalf("%s sending weight %q: %v", tenant, sent, err)
 		}
-		if got := rec.last(); got.Tenant != c.tenant || got.Weight != c.want {
+		if got := rec.last(); got.Tenant != tenant || got.Weight != want {
 			t.Errorf("%s sending weight %q: the verifier got tenant %q weight %v, want weight %v",
-				c.tenant, c.sent, got.Tenant, got.Weight, c.want)
+				tenant, sent, got.Tenant, got.Weight, want)
 		}
 	}
+	check("gold", "", 3)
+	check("gold", "1000", 3)
+	check("plain", "", 0)
+	check("plain", "1000", 0)
+	// The weight removed, gold is forwarded as everyone is, from the next call.
+	if err := gw.g.ApplySettings(settings.Settings{}); err != nil {
+		t.Fatal(err)
+	}
+	check("gold", "", 0)
 }

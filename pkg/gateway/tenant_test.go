@@ -101,6 +101,57 @@ func TestNoisyTenantOverGRPC(t *testing.T) {
 	}
 }
 
+// Two tenants flooding alike, one weighted 3, over real gRPC to real
+// verifiers: the weighted tenant is served about three times as many calls.
+// Both halves must agree for that: the gateway's shares give it three
+// quarters of the calls in flight, and the verifiers' queues three quarters
+// of their workers' time (levee-tenant-weight); with either half equal, the
+// ratio falls toward 1 (the pieces are tested alone in pkg/fairshare,
+// pkg/workpool and pkg/verifier). Counted.
+func TestWeightedTenantGetsItsWeightOfTheFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load test; runs in the full suite")
+	}
+	testlock.Quiet(t) // judged by what a loaded fleet answers in time
+	v1, v2 := startVerifier(t, nil), startVerifier(t, nil)
+	gw := startGateway(t, gatewayConfig(v1.addr, v2.addr))
+	gw.waitServing(t, 2)
+	v1.slow(t, 20)
+	v2.slow(t, 20)
+	stored := storedHash("pw", 512, 1)
+	workers := int(v1.metric(t, "levee_verifier_workers_active", nil) + v2.metric(t, "levee_verifier_workers_active", nil))
+	capacity := capacityOf(t, gw, stored, workers)
+	if err := gw.g.ApplySettings(settings.Settings{TenantWeights: map[string]float64{"gold": 3}}); err != nil {
+		t.Fatal(err)
+	}
+	var asked, served [2]atomic.Int64
+	done := make(chan struct{})
+	for i, tenant := range []string{"gold", "plain"} {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			openLoop(2*capacity, 8*time.Second, func(int) callmeta.Priority { return callmeta.Interactive }, func(int, callmeta.Priority) {
+				ctx, cancel := context.WithTimeout(callmeta.AppendOutgoing(context.Background(),
+					callmeta.Facts{Attempt: 1, Priority: callmeta.Interactive, Tenant: tenant}), 2*time.Second)
+				defer cancel()
+				asked[i].Add(1)
+				if _, err := gw.client.Verify(ctx, &verifyv1.VerifyRequest{EncodedHash: stored, Password: []byte("pw")}); err == nil {
+					served[i].Add(1)
+				}
+			})
+		}()
+	}
+	<-done
+	<-done
+	gold, plain := float64(served[0].Load()), float64(served[1].Load())
+	t.Logf("capacity %.0f/s: gold served %.0f of %d, plain %.0f of %d", capacity, gold, asked[0].Load(), plain, asked[1].Load())
+	if plain == 0 || gold/plain < 2 || gold/plain > 4.5 {
+		t.Errorf("gold (weight 3) served %.0f calls, plain %.0f: want about three to one", gold, plain)
+	}
+	if gold+plain < 0.7*capacity*8 {
+		t.Errorf("the fleet served %.0f calls in 8 s at a capacity of %.0f/s: weights must not idle it", gold+plain, capacity)
+	}
+}
+
 // Ten thousand tenant names, as a credential-stuffing front end or a bug
 // might make them: the gateway's per-tenant series stay bounded, the
 // busiest tenants get their labels at the next choice however many names

@@ -10,7 +10,10 @@ import (
 )
 
 // warm runs policy hashes: first on every worker at once, which faults in
-// each worker's Argon2 memory before any caller pays for it, then
+// one Argon2 array per worker before any caller pays for it (the heap then
+// grows to its resident soft limit, pkg/residentheap, under the first
+// callers' hashes, each of which faults its own array in: about limit ÷
+// array hashes, 9 at the default policy), then
 // calibrationHashes of them one at a time, with the machine otherwise idle:
 // their median calibrates the cost model (verify.CostModel.Calibrate). One
 // at a time, because hashes run at once share the cores and the memory

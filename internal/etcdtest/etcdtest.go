@@ -79,6 +79,7 @@ func (e *Etcd) LastAnswer() time.Time {
 func (e *Etcd) Stop() {
 	e.t.Helper()
 	e.proxy.setDown(true)
+	e.proxy.hung.Store(false)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.e != nil {
@@ -86,6 +87,12 @@ func (e *Etcd) Stop() {
 		e.e = nil
 	}
 }
+
+// Hang makes etcd stop answering without closing anything: every byte
+// either way through the proxy is dropped while the connections stay open,
+// so a client's calls wait until their deadlines, as behind a partition or
+// a frozen host. Stop ends it.
+func (e *Etcd) Hang() { e.proxy.hung.Store(true) }
 
 // Restart starts etcd again on the same data and ports after Stop.
 func (e *Etcd) Restart() {
@@ -172,11 +179,13 @@ func FreePorts(t testing.TB, n int) []string {
 }
 
 // proxy forwards TCP connections from a fixed local address to target;
-// while down it refuses (closes) every connection.
+// while down it refuses (closes) every connection; while hung it drops
+// every byte and closes nothing.
 type proxy struct {
 	target string
 	lis    net.Listener
 	wg     sync.WaitGroup
+	hung   atomic.Bool
 
 	// lastAnswer is when etcd last sent bytes to a client through the
 	// proxy (UnixNano; 0: never).
@@ -197,6 +206,19 @@ func (s stampWriter) Write(p []byte) (int, error) {
 	n, err := s.w.Write(p)
 	s.at.Store(time.Now().UnixNano())
 	return n, err
+}
+
+// hangWriter drops what it is given while hung is set.
+type hangWriter struct {
+	w    io.Writer
+	hung *atomic.Bool
+}
+
+func (h hangWriter) Write(p []byte) (int, error) {
+	if h.hung.Load() {
+		return len(p), nil
+	}
+	return h.w.Write(p)
 }
 
 func newProxy(t testing.TB, target string) *proxy {
@@ -256,10 +278,10 @@ func (p *proxy) serve(c net.Conn) {
 	defer p.untrack(b)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		_, _ = io.Copy(b, c)
+		_, _ = io.Copy(hangWriter{b, &p.hung}, c)
 		b.Close()
 	})
-	_, _ = io.Copy(stampWriter{c, &p.lastAnswer}, b)
+	_, _ = io.Copy(hangWriter{stampWriter{c, &p.lastAnswer}, &p.hung}, b)
 	c.Close()
 	wg.Wait()
 }

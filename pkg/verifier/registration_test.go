@@ -52,9 +52,11 @@ func TestRegistersWhenWarmDeregistersAtDrain(t *testing.T) {
 	}
 }
 
-// Deregistration comes first in a drain: while it is pending (etcd
-// unreachable, so it waits out EtcdDialTimeout), health is still SERVING
-// and calls are still served; NOT_SERVING follows.
+// Deregistration comes first in a drain: while it is pending (etcd not
+// answering, so it waits out EtcdDialTimeout), health is still SERVING and
+// calls are still served; NOT_SERVING follows. etcd hangs rather than
+// stops: a stop closes the connections, and a deregistration sent at that
+// instant fails at once instead of pending.
 func TestDeregistersBeforeNotServing(t *testing.T) {
 	etcd := etcdtest.NewEtcd(t)
 	w := watchTarget(t, etcd.Endpoints(), registry.DefaultTarget)
@@ -66,7 +68,7 @@ func TestDeregistersBeforeNotServing(t *testing.T) {
 	w.want(endpoints.Add, registry.DefaultTarget+"/"+h.addr, h.addr)
 	release, wait := h.occupy("held")
 
-	etcd.Stop()
+	etcd.Hang()
 	h.cancel()
 	resp, err := h.health.Check(context.Background(), &healthpb.HealthCheckRequest{})
 	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {

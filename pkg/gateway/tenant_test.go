@@ -37,15 +37,7 @@ func TestNoisyTenantOverGRPC(t *testing.T) {
 		t.Skip("load test; runs in the full suite")
 	}
 	testlock.Quiet(t) // judged by what a loaded fleet answers in time
-	v1, v2 := startVerifier(t, nil), startVerifier(t, nil)
-	gw := startGateway(t, gatewayConfig(v1.addr, v2.addr))
-	gw.waitServing(t, 2)
-	v1.slow(t, 20)
-	v2.slow(t, 20)
-	stored := storedHash("pw", 512, 1)
-	workers := int(v1.metric(t, "levee_verifier_workers_active", nil) + v2.metric(t, "levee_verifier_workers_active", nil))
-	capacity := capacityOf(t, gw, stored, workers)
-	t.Logf("capacity %.0f/s (%d workers)", capacity, workers)
+	gw, stored, capacity := tenantFleet(t)
 
 	run := func(fair bool) (quiet, total float64) {
 		if err := gw.g.ApplySettings(settings.Settings{Fairness: &fair}); err != nil {
@@ -101,6 +93,24 @@ func TestNoisyTenantOverGRPC(t *testing.T) {
 	}
 }
 
+// tenantFleet starts the tenant tests' fleet: a gateway over two verifiers
+// slowed twentyfold, so that the fleet, not this machine, is the
+// bottleneck. It returns the gateway, a stored hash to verify and the
+// fleet's measured capacity in calls a second.
+func tenantFleet(t *testing.T) (*testGateway, string, float64) {
+	t.Helper()
+	v1, v2 := startVerifier(t, nil), startVerifier(t, nil)
+	gw := startGateway(t, gatewayConfig(v1.addr, v2.addr))
+	gw.waitServing(t, 2)
+	v1.slow(t, 20)
+	v2.slow(t, 20)
+	stored := storedHash("pw", 512, 1)
+	workers := int(v1.metric(t, "levee_verifier_workers_active", nil) + v2.metric(t, "levee_verifier_workers_active", nil))
+	capacity := capacityOf(t, gw, stored, workers)
+	t.Logf("capacity %.0f/s (%d workers)", capacity, workers)
+	return gw, stored, capacity
+}
+
 // Two tenants flooding alike, one weighted 3, over real gRPC to real
 // verifiers: the weighted tenant is served about three times as many calls.
 // Both halves must agree for that: the gateway's shares give it three
@@ -113,14 +123,7 @@ func TestWeightedTenantGetsItsWeightOfTheFleet(t *testing.T) {
 		t.Skip("load test; runs in the full suite")
 	}
 	testlock.Quiet(t) // judged by what a loaded fleet answers in time
-	v1, v2 := startVerifier(t, nil), startVerifier(t, nil)
-	gw := startGateway(t, gatewayConfig(v1.addr, v2.addr))
-	gw.waitServing(t, 2)
-	v1.slow(t, 20)
-	v2.slow(t, 20)
-	stored := storedHash("pw", 512, 1)
-	workers := int(v1.metric(t, "levee_verifier_workers_active", nil) + v2.metric(t, "levee_verifier_workers_active", nil))
-	capacity := capacityOf(t, gw, stored, workers)
+	gw, stored, capacity := tenantFleet(t)
 	if err := gw.g.ApplySettings(settings.Settings{TenantWeights: map[string]float64{"gold": 3}}); err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func WriteSoak(out string, rep Soak) ([]string, error) {
 		var lines []line
 		for i, g := range r.Growth {
 			if g.Metric == m.What {
-				lines = append(lines, line{name: g.Member, ys: res.Series.Scraped(g.Member + m.Suffix), scale: 1,
+				lines = append(lines, line{name: g.Member, ys: m.Levels(res.Series, g.Member), scale: 1,
 					color: palette[i%len(palette)]})
 			}
 		}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/leveehq/levee/lab/drive"
 	"github.com/leveehq/levee/lab/experiment"
+	"github.com/leveehq/levee/lab/observe"
 )
 
 // Config is one soak.
@@ -55,16 +56,46 @@ func (s Config) Validate() error {
 // which is its level, not growth.
 const Warmup = 20 * time.Second
 
-// Watched are the columns a soak watches (by suffix: "v1" + "_rss_mb"), with
-// how much each may grow from its early level to its late one: by a
-// factor, plus a constant.
-var Watched = []struct {
+// Metric is one level a soak watches, read from the column member+Suffix
+// ("v1" + "_rss_mb"), and how much it may grow from its early level to its
+// late one: by a factor, plus a constant.
+type Metric struct {
 	Suffix, What string
 	Factor, Plus float64
-}{
-	{"_rss_mb", "resident memory (MB)", 1.2, 16},
-	{"_goroutines", "goroutines", 1.1, 10},
-	{"_fds", "open file descriptors", 1, 10},
+	// Less names columns of the same member, read in the same scrape,
+	// subtracted from the level each second: what the load holds rather
+	// than what the process has accumulated. A member without such a
+	// column has nothing subtracted.
+	Less []string
+}
+
+// Watched are the metrics a soak watches. A call in progress holds a
+// goroutine at the gateway (its in-flight calls) and at a verifier (its
+// queue, plus at most its workers): at 0.8 C the queues swing by dozens
+// from one second to the next, so goroutines are judged net of them; a
+// goroutine left behind by a call that ended still counts.
+var Watched = []Metric{
+	{Suffix: "_rss_mb", What: "resident memory (MB)", Factor: 1.2, Plus: 16},
+	{Suffix: "_goroutines", What: "goroutines beyond calls in progress", Factor: 1.1, Plus: 10, Less: []string{"_inflight", "_queue"}},
+	{Suffix: "_fds", What: "open file descriptors", Factor: 1, Plus: 10},
+}
+
+// Levels is member's level of m by second: NaN where its column, or a
+// column m.Less names that the member has, was not read.
+func (m Metric) Levels(s *observe.Series, member string) []float64 {
+	out := s.Scraped(member + m.Suffix)
+	cols := s.Columns()
+	for _, l := range m.Less {
+		if !slices.Contains(cols, member+l) {
+			continue
+		}
+		for i, v := range s.Scraped(member + l) {
+			if i < len(out) {
+				out[i] -= v // NaN stays NaN
+			}
+		}
+	}
+	return out
 }
 
 // Growth is one member's level of one metric early and late in a soak.
@@ -157,7 +188,7 @@ func Judge(res *experiment.Result) *Result {
 			if !ok {
 				continue
 			}
-			all := res.Series.Scraped(c)
+			all := m.Levels(res.Series, member)
 			early, late := median(all, base.From, base.From+fifth), median(all, base.To-fifth, base.To)
 			if math.IsNaN(early) {
 				continue

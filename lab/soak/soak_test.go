@@ -46,6 +46,16 @@ func TestJudgeSoak(t *testing.T) {
 	if r := soak(map[string]func(int) float64{"v1_rss_mb": steady(500), "v1_pid": restarted}); r.OK() || len(r.Unjudged) != 1 {
 		t.Errorf("a restart 60 s in: OK %v, unjudged %v; want it not judged", r.OK(), r.Unjudged)
 	}
+	// Goroutines that swing with the calls in progress are the load, not
+	// growth; goroutines left behind by calls that ended are growth.
+	queue := func(i int) float64 { return float64(40 * (i / 50)) } // 0, then 40 queued
+	withQueue := func(i int) float64 { return 30 + queue(i) }
+	if r := soak(map[string]func(int) float64{"v1_rss_mb": steady(500), "v1_goroutines": withQueue, "v1_queue": queue}); !r.OK() {
+		t.Errorf("goroutines 30 → 70 as the queue goes 0 → 40: %+v, want OK", r.Growth)
+	}
+	if r := soak(map[string]func(int) float64{"gw_rss_mb": steady(30), "gw_goroutines": withQueue, "gw_inflight": steady(0)}); r.OK() {
+		t.Errorf("goroutines 30 → 70 with nothing in flight: judged OK")
+	}
 	gone := func(i int) float64 {
 		if i < 50 {
 			return 500

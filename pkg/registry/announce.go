@@ -107,15 +107,21 @@ func AnnounceAddr(advertise string, lis net.Addr) (string, error) {
 	return addr, nil
 }
 
-// Advertised fills an empty host (":7701") with this machine's host name,
-// so that replicas started from one template (docker compose --scale, a
-// Kubernetes Deployment) each register the name their peers resolve them
-// by. Any other addr, or one whose host name cannot be read, is returned as
-// it is.
+// Advertised is addr as it is registered. An empty host (":7701") is
+// filled with this machine's host name, so that replicas started from one
+// template (docker compose --scale, a Kubernetes Deployment) each register
+// the name their peers resolve them by. A bracketed host is written the
+// way dialers expect it: "[10.0.0.5]:7701" becomes "10.0.0.5:7701" and
+// "[fd00::5]:7701" stays, so one template ("[$(POD_IP)]:7701") fits IPv4
+// and IPv6 pods. An addr that is not host:port, or an empty host where the
+// host name cannot be read, is returned as it is.
 func Advertised(addr string) string {
 	host, port, err := net.SplitHostPort(addr)
-	if err != nil || host != "" {
+	if err != nil {
 		return addr
+	}
+	if host != "" {
+		return net.JoinHostPort(host, port)
 	}
 	name, err := os.Hostname()
 	if err != nil || name == "" {

@@ -191,6 +191,8 @@ func TestAnnounceAddr(t *testing.T) {
 	}{
 		{name: "listener", lis: tcp("127.0.0.1:7701"), want: "127.0.0.1:7701"},
 		{name: "advertised", advertise: "verifier-3:7701", lis: tcp("0.0.0.0:7701"), want: "verifier-3:7701"},
+		{name: "advertised pod IPv4", advertise: "[10.1.2.3]:7701", lis: tcp("0.0.0.0:7701"), want: "10.1.2.3:7701"},
+		{name: "advertised pod IPv6", advertise: "[fd00::3]:7701", lis: tcp("[::]:7701"), want: "[fd00::3]:7701"},
 		{name: "unspecified", lis: tcp("0.0.0.0:7701"), err: registry.ErrUndialableListener},
 		{name: "unspecified v6", lis: tcp("[::]:7701"), err: registry.ErrInvalidAddr},
 	} {
@@ -217,10 +219,13 @@ func TestAdvertisedFillsHostName(t *testing.T) {
 		self = net.JoinHostPort(name, "7701")
 	}
 	for in, want := range map[string]string{
-		":7701":          self,
-		"10.0.0.5:7701":  "10.0.0.5:7701",
-		"verifier3:7701": "verifier3:7701",
-		"garbage":        "garbage",
+		":7701":            self,
+		"10.0.0.5:7701":    "10.0.0.5:7701",
+		"verifier3:7701":   "verifier3:7701",
+		"[10.0.0.5]:7701":  "10.0.0.5:7701",
+		"[fd00::5]:7701":   "[fd00::5]:7701",
+		"[verifier3]:7701": "verifier3:7701",
+		"garbage":          "garbage",
 	} {
 		if got := registry.Advertised(in); got != want {
 			t.Errorf("Advertised(%q) = %q, want %q", in, got, want)

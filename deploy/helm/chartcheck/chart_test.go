@@ -121,7 +121,9 @@ func TestPortsAreWellKnown(t *testing.T) {
 	}
 }
 
-// The verifier advertises its own pod IP from the downward API.
+// The verifier advertises its own pod IP from the downward API, bracketed
+// so that an IPv6 pod IP makes a host:port too (registry.Advertised drops
+// the brackets from an IPv4 one).
 func TestVerifierAdvertisesPodIP(t *testing.T) {
 	for _, w := range Workloads(render(t, nil)) {
 		if w.Component() != "verifier" {
@@ -129,8 +131,8 @@ func TestVerifierAdvertisesPodIP(t *testing.T) {
 		}
 		c := w.Pod.Spec.Containers[0]
 		adv, _ := Arg(c.Args, "advertise")
-		if !strings.HasPrefix(adv, "$(POD_IP):") {
-			t.Errorf("-advertise=%s, want $(POD_IP):port", adv)
+		if !strings.HasPrefix(adv, "[$(POD_IP)]:") {
+			t.Errorf("-advertise=%s, want [$(POD_IP)]:port", adv)
 		}
 		var env *corev1.EnvVar
 		for i := range c.Env {

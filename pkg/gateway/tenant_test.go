@@ -114,13 +114,11 @@ func startTenantFleet(t *testing.T) *tenantFleet {
 	v2.slow(t, 20)
 	f.workers = v1.metric(t, "levee_verifier_workers_active", nil) + v2.metric(t, "levee_verifier_workers_active", nil)
 	unloaded := capacityOf(t, f.gw, f.stored, int(f.workers))
-	sum0, n0 := f.held(t)
-	f.send("", 3*unloaded, 3*time.Second, nil)
-	sum1, n1 := f.held(t)
-	if n1-n0 < 10 {
-		t.Fatalf("a flood at %.0f/s hashed %v times: no capacity to measure", 3*unloaded, n1-n0)
+	held, hashes, _ := f.while(t, func() { f.send("", 3*unloaded, 3*time.Second, nil) })
+	if hashes < 10 {
+		t.Fatalf("a flood at %.0f/s hashed %v times: no capacity to measure", 3*unloaded, hashes)
 	}
-	f.capacity = f.workers / ((sum1 - sum0) / (n1 - n0))
+	f.capacity = f.workers / (held / hashes)
 	t.Logf("capacity %.0f/s under a flood, %.0f/s unloaded (%v workers)", f.capacity, unloaded, f.workers)
 	return f
 }
@@ -147,16 +145,25 @@ func (f *tenantFleet) held(t *testing.T) (seconds, hashes float64) {
 	return seconds, hashes
 }
 
-// busyWhile runs load and returns how many of the fleet's workers a hash
-// held on average while it ran (each hash counted as it ends; load returns
-// once its calls have).
-func (f *tenantFleet) busyWhile(t *testing.T, load func()) float64 {
+// while runs load and returns the time the fleet's workers were held by a
+// hash meanwhile, the hashes (each counted as it ends; load returns once
+// its calls have) and how long load took.
+func (f *tenantFleet) while(t *testing.T, load func()) (held, hashes float64, took time.Duration) {
 	t.Helper()
-	held0, _ := f.held(t)
+	held0, hashes0 := f.held(t)
 	start := time.Now()
 	load()
-	held1, _ := f.held(t)
-	return (held1 - held0) / time.Since(start).Seconds()
+	took = time.Since(start)
+	held1, hashes1 := f.held(t)
+	return held1 - held0, hashes1 - hashes0, took
+}
+
+// busyWhile runs load and returns how many of the fleet's workers a hash
+// held on average while it ran.
+func (f *tenantFleet) busyWhile(t *testing.T, load func()) float64 {
+	t.Helper()
+	held, _, took := f.while(t, load)
+	return held / took.Seconds()
 }
 
 // tenantCalls counts one tenant's calls.
